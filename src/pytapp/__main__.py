@@ -1,0 +1,5 @@
+"""``python -m pytapp`` runs the command line."""
+
+from pytapp.cli import main
+
+raise SystemExit(main())

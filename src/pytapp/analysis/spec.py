@@ -1,0 +1,192 @@
+"""The ContractionSpec: everything a backend needs to know about a product, structurally.
+
+A spec is pure data (ints, tuples, enums), hashable, and built once per plan. Backends consume
+it together with bound operand views and never re-parse labels or re-validate.
+
+Examples
+--------
+>>> from pytapp.datatypes import Datatype
+>>> from pytapp.precision import Prectype
+>>> F = Datatype.F64
+>>> spec = build_spec(
+...     a=(F, (2, 3), (3, 1), "ik", 0), b=(F, (3, 4), (4, 1), "kj", 0),
+...     c=(F, (2, 4), (4, 1), "ij", 0), d=(F, (2, 4), (4, 1), "ij", 0),
+...     prec=Prectype.DEFAULT)
+>>> spec.classes.P, spec.flops
+(('k',), 48)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+from pytapp.analysis.cost import flop_count
+from pytapp.analysis.labels import LabelClasses, Modes, check_structure, classify, merge_modes
+from pytapp.analysis.layout import footprint, self_aliases
+from pytapp.datatypes import Datatype, ElementOp, as_element_op
+from pytapp.errors import ErrorCode, error_for
+from pytapp.precision import ComputeRule, Prectype, as_prectype, compute_rule
+
+__all__ = ["ContractionSpec", "OperandInput", "OperandSpec", "build_spec"]
+
+Label = Hashable
+#: (datatype, extents, strides, labels, op) of one operand, as given to :func:`build_spec`.
+OperandInput = tuple[Datatype, Sequence[int], Sequence[int], Sequence[Label], Any]
+
+
+@dataclass(frozen=True)
+class OperandSpec:
+    """One operand of a product: descriptor, labels, op, and its merged (diagonal) modes."""
+
+    role: str
+    datatype: Datatype
+    op: ElementOp
+    labels: tuple[Label, ...]
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]
+    modes: Modes
+    footprint: tuple[int, int] | None
+
+    @property
+    def conjugate(self) -> bool:
+        """Whether the op conjugates (only meaningful for complex data)."""
+        return self.op is ElementOp.CONJUGATE
+
+    @property
+    def size(self) -> int:
+        """Number of distinct elements addressed (product of merged extents)."""
+        return prod(self.modes.extents)
+
+
+@dataclass(frozen=True)
+class ContractionSpec:
+    """Pure, hashable description of ``D := op_D(alpha op_A(A) op_B(B) + beta op_C(C))``."""
+
+    a: OperandSpec
+    b: OperandSpec
+    c: OperandSpec
+    d: OperandSpec
+    prec: Prectype
+    rule: ComputeRule
+    classes: LabelClasses
+    allow_broadcast: bool
+    label_extents: tuple[tuple[Label, int], ...]
+    flops: int
+    _extent_map: dict[Label, int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_extent_map", dict(self.label_extents))
+
+    def extent(self, label: Label) -> int:
+        """Extent of ``label`` (every occurrence agrees: the plan checked it)."""
+        return self._extent_map[label]
+
+    def size(self, labels: Sequence[Label]) -> int:
+        """Product of the extents of ``labels``."""
+        return prod(self._extent_map[x] for x in labels)
+
+    @property
+    def operands(self) -> tuple[OperandSpec, OperandSpec, OperandSpec, OperandSpec]:
+        """(A, B, C, D)."""
+        return (self.a, self.b, self.c, self.d)
+
+    @property
+    def datatypes(self) -> tuple[Datatype, Datatype, Datatype, Datatype]:
+        """Datatypes of (A, B, C, D)."""
+        return (self.a.datatype, self.b.datatype, self.c.datatype, self.d.datatype)
+
+    def einsum(self) -> str:
+        """An einsum-like rendering with one letter per label, e.g. ``'ab,bc->ac'``."""
+        letters: dict[Label, str] = {}
+        pool = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+        def word(labels: Sequence[Label]) -> str:
+            out = []
+            for x in labels:
+                if x not in letters:
+                    letters[x] = pool[len(letters)] if len(letters) < len(pool) else "?"
+                out.append(letters[x])
+            return "".join(out)
+
+        return f"{word(self.a.labels)},{word(self.b.labels)}->{word(self.d.labels)}"
+
+
+def _operand(role: str, item: OperandInput) -> OperandSpec:
+    datatype, extents, strides, labels, op = item
+    ext = tuple(int(e) for e in extents)
+    st = tuple(int(s) for s in strides)
+    labs = tuple(labels)
+    return OperandSpec(
+        role=role,
+        datatype=datatype,
+        op=as_element_op(op, role),
+        labels=labs,
+        extents=ext,
+        strides=st,
+        modes=merge_modes(labs, ext, st),
+        footprint=footprint(ext, st),
+    )
+
+
+def build_spec(
+    a: OperandInput,
+    b: OperandInput,
+    c: OperandInput,
+    d: OperandInput,
+    prec: Any,
+    allow_broadcast: bool = False,
+) -> ContractionSpec:
+    """Validate a product's structure and build its :class:`ContractionSpec`.
+
+    Checks run in SPEC section 5's order so that error codes equal the C reference's:
+    precision (16), element ops (17), labels and extents (4, 9, 1, 2, 10, 3, 11, 5, 6, 7),
+    then D aliasing (8).
+
+    Parameters
+    ----------
+    a, b, c, d
+        ``(datatype, extents, strides, labels, op)`` per operand; datatypes already valid.
+    prec
+        A :class:`Prectype` or its integer value.
+    allow_broadcast
+        Accept labels of D that are in neither A nor B (Case 5).
+
+    Raises
+    ------
+    TappError
+        With the codes listed above.
+    """
+    prectype = as_prectype(prec)
+    ops = {role: as_element_op(item[4], role) for role, item in zip("ABCD", (a, b, c, d))}
+    del ops  # validated in order before any structural check
+    check_structure(
+        (a[3], a[1]), (b[3], b[1]), (c[3], c[1]), (d[3], d[1]), allow_broadcast
+    )
+    sa, sb, sc, sd = (_operand(r, x) for r, x in zip("ABCD", (a, b, c, d)))
+    if self_aliases(sd.modes.extents, sd.modes.strides):
+        raise error_for(
+            ErrorCode.D_ALIASING,
+            f"D with extents {sd.extents} and strides {sd.strides} (labels {sd.labels}) "
+            "addresses some element twice; give D a layout where each element is distinct "
+            "(for example row-major strides)",
+        )
+    classes = classify(sa.labels, sb.labels, sd.labels)
+    extents: dict[Label, int] = {}
+    for spec in (sa, sb, sd):
+        extents.update(zip(spec.modes.labels, spec.modes.extents, strict=True))
+    rule = compute_rule(prectype, (sa.datatype, sb.datatype, sc.datatype, sd.datatype))
+    return ContractionSpec(
+        a=sa,
+        b=sb,
+        c=sc,
+        d=sd,
+        prec=prectype,
+        rule=rule,
+        classes=classes,
+        allow_broadcast=bool(allow_broadcast),
+        label_extents=tuple(extents.items()),
+        flops=flop_count(extents.values(), rule.is_complex),
+    )

@@ -1,0 +1,135 @@
+"""Key-value attributes shared by every TAPP object (SPEC section 4).
+
+Keys below ``0x1000`` are standard (:class:`Attr`); keys from ``0x1000`` up are free for
+backends. Each object class declares which standard keys it accepts and which are read-only.
+
+Examples
+--------
+>>> store = AttributeStore()
+>>> store.set_attr(0x1001, "tile=64")
+>>> store.get_attr(0x1001)
+'tile=64'
+>>> store.clear_attr(0x1001)
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, ClassVar
+
+from pytapp.errors import ErrorCode, error_for
+
+__all__ = ["BACKEND_KEYS", "Attr", "AttributeStore"]
+
+#: First key that backends may use freely.
+BACKEND_KEYS = 0x1000
+
+
+class Attr(IntEnum):
+    """Standard attribute keys."""
+
+    ALLOW_BROADCAST = 1
+    NUM_THREADS = 2
+    DEVICE = 3
+    VERIFY = 4
+    ALGORITHM = 5
+    BACKEND = 6
+    MEMORY_LIMIT = 7
+    AUTOTUNE = 8
+    LIBRARY = 9
+
+
+class AttributeStore:
+    """Mixin: ``set_attr``, ``get_attr``, ``clear_attr`` with per-class key validation."""
+
+    #: Standard keys this object accepts.
+    _attr_keys: ClassVar[frozenset[int]] = frozenset()
+    #: Standard keys that are set by the object itself and cannot be changed.
+    _attr_readonly: ClassVar[frozenset[int]] = frozenset()
+
+    def __init__(self) -> None:
+        self._attrs: dict[int, Any] = {}
+
+    def _attr_store(self) -> dict[int, Any]:
+        store: dict[int, Any] | None = getattr(self, "_attrs", None)
+        if store is None:
+            store = {}
+            object.__setattr__(self, "_attrs", store)
+        return store
+
+    def _check_key(self, key: int) -> int:
+        if not isinstance(key, int) or isinstance(key, bool) or key < 0:
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"attribute key {key!r} is not a non-negative integer; use pytapp.Attr or a "
+                f"backend key >= {BACKEND_KEYS:#x}",
+            )
+        if key < BACKEND_KEYS and key not in self._attr_keys:
+            valid = ", ".join(Attr(k).name for k in sorted(self._attr_keys)) or "none"
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"attribute key {key} is not valid for {type(self).__name__}; standard keys "
+                f"valid here: {valid}; backend keys start at {BACKEND_KEYS:#x}",
+            )
+        return int(key)
+
+    def _set_attr_internal(self, key: int, value: Any) -> None:
+        self._attr_store()[int(key)] = value
+
+    def set_attr(self, key: int, value: Any) -> None:
+        """Set attribute ``key`` to ``value``.
+
+        Raises
+        ------
+        AttributeKeyError
+            Code 26 for a key not valid for this object or read-only here.
+        """
+        k = self._check_key(key)
+        if k in self._attr_readonly:
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"attribute {Attr(k).name} of {type(self).__name__} is read-only; "
+                "pass it when creating the object",
+            )
+        self._on_set_attr(k, value)
+        self._attr_store()[k] = value
+
+    def _on_set_attr(self, key: int, value: Any) -> None:
+        """Hook for subclasses to validate a value before it is stored."""
+
+    def get_attr(self, key: int) -> Any:
+        """Return the value of attribute ``key``.
+
+        Raises
+        ------
+        AttributeKeyError
+            Code 26 when the key is not set or not valid for this object.
+        """
+        k = self._check_key(key)
+        store = self._attr_store()
+        if k not in store:
+            name = Attr(k).name if k < BACKEND_KEYS else f"{k:#x}"
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY, f"attribute {name} is not set on {type(self).__name__}"
+            )
+        return store[k]
+
+    def clear_attr(self, key: int) -> None:
+        """Remove attribute ``key`` (no error when it was not set).
+
+        Raises
+        ------
+        AttributeKeyError
+            Code 26 for a key not valid for this object or read-only here.
+        """
+        k = self._check_key(key)
+        if k in self._attr_readonly:
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"attribute {Attr(k).name} of {type(self).__name__} is read-only",
+            )
+        self._attr_store().pop(k, None)
+
+    def attributes(self) -> dict[int, Any]:
+        """A copy of every attribute that is set."""
+        return dict(self._attr_store())

@@ -1,0 +1,91 @@
+"""Registry of backends, by name, imported lazily.
+
+Examples
+--------
+>>> "reference" in names()
+True
+>>> get("reference").name
+'reference'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import cast
+
+from pytapp.backends.base import Backend, BackendPlan, Capabilities
+from pytapp.errors import ErrorCode, error_for
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "Backend",
+    "BackendPlan",
+    "Capabilities",
+    "available",
+    "get",
+    "names",
+    "register",
+]
+
+#: Backend used when neither the handle nor ``PYTAPP_BACKEND`` names one.
+DEFAULT_BACKEND = "reference"
+
+_FACTORIES: dict[str, str] = {
+    "reference": "pytapp.backends.reference:ReferenceBackend",
+}
+_INSTANCES: dict[str, Backend] = {}
+
+
+def register(name: str, factory: str) -> None:
+    """Register a backend class as ``'module:ClassName'`` under ``name`` (lazy import)."""
+    _FACTORIES[name] = factory
+    _INSTANCES.pop(name, None)
+
+
+def names() -> list[str]:
+    """Names of every registered backend, available or not."""
+    return list(_FACTORIES)
+
+
+def get(name: str) -> Backend:
+    """Return the backend called ``name``.
+
+    Raises
+    ------
+    UnsupportedError
+        Code 18 for an unknown name (the message lists the valid ones) or a backend that cannot
+        run here (the message says why).
+    """
+    if name not in _FACTORIES:
+        raise error_for(
+            ErrorCode.UNSUPPORTED,
+            f"unknown backend {name!r}; choose one of {', '.join(names())}",
+        )
+    if name not in _INSTANCES:
+        module_name, _, attr = _FACTORIES[name].partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise error_for(
+                ErrorCode.UNSUPPORTED,
+                f"backend {name!r} cannot be imported ({exc}); install its extra: "
+                f"pip install 'pytapp[{name}]'",
+            ) from exc
+        _INSTANCES[name] = cast(Backend, getattr(module, attr)())
+    backend = _INSTANCES[name]
+    ok, why = backend.available()
+    if not ok:
+        raise error_for(ErrorCode.UNSUPPORTED, f"backend {name!r} is not available: {why}")
+    return backend
+
+
+def available() -> dict[str, tuple[bool, str]]:
+    """For every registered backend: (available, reason when not)."""
+    out: dict[str, tuple[bool, str]] = {}
+    for name in names():
+        try:
+            get(name)
+            out[name] = (True, "")
+        except Exception as exc:  # noqa: BLE001 - report every failure as a reason
+            out[name] = (False, getattr(exc, "message", str(exc)))
+    return out

@@ -1,0 +1,110 @@
+"""What a backend is: capabilities, a plan factory, and plans that run bound products.
+
+Examples
+--------
+>>> caps = Capabilities(datatypes=frozenset({Datatype.F64}))
+>>> caps.check_datatypes((Datatype.F64,) * 4) is None
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from pytapp.analysis.spec import ContractionSpec
+from pytapp.datatypes import Datatype
+from pytapp.errors import ErrorCode, error_for
+from pytapp.executor import Executor
+from pytapp.operands import BoundProduct
+from pytapp.precision import Prectype
+from pytapp.status import Status
+
+__all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "Backend", "BackendPlan", "Capabilities"]
+
+ALL_DATATYPES = frozenset(Datatype)
+ALL_PRECTYPES = frozenset(Prectype)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; a plan outside these raises error 18 (or 16 for precisions)."""
+
+    datatypes: frozenset[Datatype] = ALL_DATATYPES
+    prectypes: frozenset[Prectype] = ALL_PRECTYPES
+    mixed_datatypes: bool = True
+    broadcast: bool = True
+    negative_strides: bool = True
+    zero_strides: bool = True
+    repeated_labels: bool = True
+    isolated_labels: bool = True
+    conjugation: bool = True
+    batched: bool = True
+    devices: frozenset[str] = field(default_factory=lambda: frozenset({"cpu"}))
+    notes: str = ""
+
+    def check_datatypes(self, datatypes: tuple[Datatype, ...]) -> str | None:
+        """Reason the datatypes are unsupported, or ``None``."""
+        missing = sorted({dt.name for dt in datatypes if dt not in self.datatypes})
+        if missing:
+            return "datatypes " + ", ".join(missing) + " are not supported"
+        if not self.mixed_datatypes and len(set(datatypes)) > 1:
+            return "mixed datatypes are not supported"
+        return None
+
+    def unsupported_reason(self, spec: ContractionSpec) -> str | None:
+        """Why this backend cannot run ``spec``, or ``None`` when it can."""
+        reason = self.check_datatypes(spec.datatypes)
+        if reason:
+            return reason
+        if spec.prec not in self.prectypes:
+            return f"precision {spec.prec.name} is not supported"
+        if spec.classes.IC and not self.broadcast:
+            return "broadcast labels (Case 5) are not supported"
+        if (spec.classes.IA or spec.classes.IB) and not self.isolated_labels:
+            return "isolated labels (Case 4 reductions) are not supported"
+        for op in spec.operands:
+            if len(op.modes.labels) != len(op.labels) and not self.repeated_labels:
+                return f"repeated labels in {op.role} are not supported"
+            if any(s < 0 for s in op.strides) and not self.negative_strides:
+                return f"negative strides in {op.role} are not supported"
+            if any(s == 0 for s, e in zip(op.strides, op.extents) if e > 1) and not (
+                self.zero_strides
+            ):
+                return f"zero strides in {op.role} are not supported"
+        return None
+
+    def require(self, spec: ContractionSpec, backend: str) -> None:
+        """Raise 16 or 18 with the reason when ``spec`` is outside these capabilities."""
+        reason = self.unsupported_reason(spec)
+        if reason is None:
+            return
+        code = ErrorCode.UNKNOWN_PRECISION if "precision" in reason else ErrorCode.UNSUPPORTED
+        raise error_for(code, f"backend {backend!r}: {reason}; choose another backend")
+
+
+@runtime_checkable
+class BackendPlan(Protocol):
+    """A backend's executable plan for one ContractionSpec."""
+
+    algorithm: str
+
+    def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
+        """Compute into ``bound.d``; return what was done (seconds are set by the caller)."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A backend: a name, capabilities, availability and a plan factory."""
+
+    name: str
+    capabilities: Capabilities
+
+    def available(self) -> tuple[bool, str]:
+        """(whether it can run here, why not)."""
+        ...
+
+    def plan(self, spec: ContractionSpec, executor: Executor | None) -> BackendPlan:
+        """Build a plan (all decisions made here); raise 18 when unsupported."""
+        ...

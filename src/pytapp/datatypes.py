@@ -1,0 +1,195 @@
+"""Datatypes and element operations, with their NumPy (and torch) equivalents.
+
+The single source of truth for datatype numbers and dtype mapping (SPEC section 3).
+
+Examples
+--------
+>>> import numpy as np
+>>> from pytapp.datatypes import Datatype, datatype_of
+>>> datatype_of(np.dtype("complex64"))
+<Datatype.C32: 2>
+>>> Datatype.BF16.numpy_dtype.name
+'bfloat16'
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from pytapp.errors import ErrorCode, error_for
+
+__all__ = ["Datatype", "ElementOp", "as_datatype", "as_element_op", "datatype_of"]
+
+
+class Datatype(IntEnum):
+    """Element types of TAPP tensors (C-compatible numbers)."""
+
+    F32 = 0
+    F64 = 1
+    C32 = 2
+    C64 = 3
+    F16 = 4
+    BF16 = 5
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any]:
+        """The NumPy dtype that stores this datatype."""
+        return _NUMPY[self]
+
+    @property
+    def is_complex(self) -> bool:
+        """Whether elements are complex (C32, C64)."""
+        return self in (Datatype.C32, Datatype.C64)
+
+    @property
+    def real(self) -> Datatype:
+        """The datatype of one real part (C32 -> F32, C64 -> F64, others unchanged)."""
+        return {Datatype.C32: Datatype.F32, Datatype.C64: Datatype.F64}.get(self, self)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return int(_NUMPY[self].itemsize)
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon of one real part (SPEC section 7)."""
+        return _EPS[self.real]
+
+    @property
+    def short_name(self) -> str:
+        """Lower-case name used by benchmark files: f32, f64, c64, c128, f16, bf16."""
+        return _SHORT[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> Datatype:
+        """Parse ``'F64'``, ``'f64'``, ``'float64'``, ``'c128'``, ``'complex64'``, ``'bf16'``...
+
+        Examples
+        --------
+        >>> Datatype.from_name("c128")
+        <Datatype.C64: 3>
+        """
+        key = name.strip().lower()
+        for dt in cls:
+            if key in (dt.name.lower(), _SHORT[dt], _NUMPY[dt].name):
+                return dt
+        raise error_for(
+            ErrorCode.UNKNOWN_DATATYPE,
+            f"unknown datatype name {name!r}; use one of "
+            + ", ".join(f"{dt.name}/{_SHORT[dt]}" for dt in cls),
+        )
+
+
+class ElementOp(IntEnum):
+    """Element operation applied to an operand: identity or complex conjugation."""
+
+    IDENTITY = 0
+    CONJUGATE = 1
+
+
+_NUMPY: dict[Datatype, np.dtype[Any]] = {
+    Datatype.F32: np.dtype(np.float32),
+    Datatype.F64: np.dtype(np.float64),
+    Datatype.C32: np.dtype(np.complex64),
+    Datatype.C64: np.dtype(np.complex128),
+    Datatype.F16: np.dtype(np.float16),
+    Datatype.BF16: np.dtype(ml_dtypes.bfloat16),
+}
+_SHORT = {
+    Datatype.F32: "f32",
+    Datatype.F64: "f64",
+    Datatype.C32: "c64",
+    Datatype.C64: "c128",
+    Datatype.F16: "f16",
+    Datatype.BF16: "bf16",
+}
+_EPS = {
+    Datatype.F64: 2.2e-16,
+    Datatype.F32: 1.2e-7,
+    Datatype.F16: 9.8e-4,
+    Datatype.BF16: 7.8e-3,
+}
+_BY_DTYPE = {dtype: dt for dt, dtype in _NUMPY.items()}
+
+
+def datatype_of(dtype: Any) -> Datatype:
+    """Map a NumPy dtype (or anything ``np.dtype`` accepts) to a :class:`Datatype`.
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20 when the dtype has no TAPP datatype (integers, float128, ...).
+
+    Examples
+    --------
+    >>> datatype_of("float32")
+    <Datatype.F32: 0>
+    """
+    try:
+        key = np.dtype(dtype)
+    except TypeError as exc:
+        raise error_for(ErrorCode.OPERAND_MISMATCH, f"{dtype!r} is not a dtype") from exc
+    found = _BY_DTYPE.get(key)
+    if found is None:
+        raise error_for(
+            ErrorCode.OPERAND_MISMATCH,
+            f"dtype {key} has no TAPP datatype; convert the array to one of "
+            "float32, float64, complex64, complex128, float16 or bfloat16",
+        )
+    return found
+
+
+def as_datatype(value: Any) -> Datatype:
+    """Validate a datatype given as :class:`Datatype`, int, name or NumPy dtype.
+
+    Raises
+    ------
+    InvalidDescriptorError
+        Code 15 for an unknown value.
+    """
+    if isinstance(value, Datatype):
+        return value
+    if isinstance(value, str):
+        return Datatype.from_name(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        try:
+            return Datatype(int(value))
+        except ValueError:
+            pass
+    else:
+        try:
+            return _BY_DTYPE[np.dtype(value)]
+        except (TypeError, KeyError):
+            pass
+    raise error_for(
+        ErrorCode.UNKNOWN_DATATYPE,
+        f"unknown datatype {value!r}; use pytapp.Datatype (F32=0, F64=1, C32=2, C64=3, "
+        "F16=4, BF16=5) or a matching NumPy dtype",
+    )
+
+
+def as_element_op(value: Any, operand: str) -> ElementOp:
+    """Validate an element operation for ``operand`` (``'A'``, ``'B'``, ``'C'`` or ``'D'``).
+
+    Raises
+    ------
+    ElementOpError
+        Code 17 for anything but IDENTITY (0) and CONJUGATE (1).
+    """
+    if isinstance(value, ElementOp):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        try:
+            return ElementOp(int(value))
+        except ValueError:
+            pass
+    raise error_for(
+        ErrorCode.UNKNOWN_ELEMENT_OP,
+        f"op_{operand.lower()}={value!r} is not an element operation; use "
+        "ElementOp.IDENTITY (0) or ElementOp.CONJUGATE (1)",
+    )

@@ -1,0 +1,121 @@
+"""Executor: where products run (thread count, device) and whether they are verified.
+
+Examples
+--------
+>>> with Executor(threads=1, verify=True) as ex:
+...     ex.threads, ex.device, ex.verify
+(1, 'cpu', True)
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from pytapp.attributes import Attr, AttributeStore
+from pytapp.errors import ErrorCode, error_for
+
+__all__ = ["Executor"]
+
+
+class Executor(AttributeStore):
+    """Resources that execute products.
+
+    Parameters
+    ----------
+    handle
+        The handle that owns this executor (``None``: usable with any handle).
+    threads
+        Threads for BLAS/OpenMP pools during a product; ``None`` keeps the libraries' setting.
+    device
+        ``'cpu'`` or a device string a backend understands (``'cuda:0'``).
+    verify
+        Also run the reference backend and raise error 137 on disagreement.
+    autotune
+        Let ``auto`` time candidate backends once per plan.
+
+    Raises
+    ------
+    ExecutorError
+        Code 33 for a thread count below 1 or a device that is not a string.
+    """
+
+    _attr_keys = frozenset(
+        {Attr.NUM_THREADS, Attr.DEVICE, Attr.VERIFY, Attr.AUTOTUNE, Attr.MEMORY_LIMIT}
+    )
+
+    def __init__(
+        self,
+        handle: Any = None,
+        *,
+        threads: int | None = None,
+        device: str = "cpu",
+        verify: bool = False,
+        autotune: bool = False,
+    ) -> None:
+        super().__init__()
+        self.handle = handle
+        self._destroyed = False
+        self.set_attr(Attr.NUM_THREADS, threads)
+        self.set_attr(Attr.DEVICE, device)
+        self.set_attr(Attr.VERIFY, bool(verify))
+        self.set_attr(Attr.AUTOTUNE, bool(autotune))
+
+    def _on_set_attr(self, key: int, value: Any) -> None:
+        if key == Attr.NUM_THREADS and value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise error_for(
+                ErrorCode.INVALID_EXECUTOR,
+                f"threads={value!r}; give a positive integer or None",
+            )
+        if key == Attr.DEVICE and not isinstance(value, str):
+            raise error_for(
+                ErrorCode.INVALID_EXECUTOR, f"device={value!r}; give a string such as 'cpu'"
+            )
+
+    @property
+    def threads(self) -> int | None:
+        """Thread count (``None``: the libraries' own setting)."""
+        value: int | None = self.get_attr(Attr.NUM_THREADS)
+        return value
+
+    @property
+    def device(self) -> str:
+        """Device string."""
+        return str(self.get_attr(Attr.DEVICE))
+
+    @property
+    def verify(self) -> bool:
+        """Whether products are checked against the reference backend."""
+        return bool(self.get_attr(Attr.VERIFY))
+
+    @property
+    def autotune(self) -> bool:
+        """Whether ``auto`` may time candidate backends."""
+        return bool(self.get_attr(Attr.AUTOTUNE))
+
+    def check_alive(self) -> None:
+        """Raise code 23 when the executor was destroyed."""
+        if self._destroyed:
+            raise error_for(ErrorCode.DESTROYED, "this Executor was destroyed; create a new one")
+
+    def destroy(self) -> None:
+        """Release the executor (idempotent)."""
+        self._destroyed = True
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.destroy()
+
+    def __repr__(self) -> str:
+        return (
+            f"Executor(threads={self.threads}, device={self.device!r}, verify={self.verify})"
+        )

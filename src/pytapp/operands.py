@@ -1,0 +1,288 @@
+"""Bind user data to tensor descriptors as safe strided views (SPEC section 2).
+
+Accepted data: NumPy arrays (any strides), objects with the buffer protocol, and DLPack
+producers such as CPU torch tensors. The data's element [0, ..., 0] is the descriptor's element
+[0, ..., 0]; the data either has the descriptor's shape or is one-dimensional (flat storage, as a
+C pointer would be). Before anything is read or written, the whole footprint of the descriptor
+must lie inside the memory the object owns (error 19), dtypes must match (20) and D must be
+writable (22). Inputs that overlap D are copied first, so the result is the out-of-place one.
+
+Examples
+--------
+>>> import numpy as np
+>>> from pytapp.analysis import merge_modes
+>>> a = np.arange(6.0)
+>>> view = bind_array(a, Datatype.F64, (2, 3), (3, 1), merge_modes("ij", (2, 3), (3, 1)), "A")
+>>> view.shape
+(2, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
+
+from pytapp.analysis.labels import Modes
+from pytapp.analysis.layout import footprint
+from pytapp.analysis.spec import ContractionSpec, OperandSpec
+from pytapp.datatypes import Datatype
+from pytapp.errors import ErrorCode, error_for
+
+__all__ = [
+    "BoundProduct",
+    "bind_array",
+    "bind_product",
+    "byte_span",
+    "convert_scalar",
+    "to_ndarray",
+]
+
+_RAW_FORMATS = {"B", "b", "c"}
+
+
+def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
+    """Return an ndarray over ``data``'s memory without copying.
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20 when the object is not array data, lives on another device, or its dtype is
+        not the descriptor's.
+    """
+    want = datatype.numpy_dtype
+    if isinstance(data, np.ndarray):
+        arr = data
+    elif hasattr(data, "__dlpack__") and not isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            arr = np.from_dlpack(data)
+        except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+            raise error_for(
+                ErrorCode.OPERAND_MISMATCH,
+                f"{role}: cannot view {type(data).__name__} through DLPack ({exc}); pass a "
+                "CPU tensor (detached, without pending conjugation), or a NumPy array",
+            ) from exc
+    else:
+        try:
+            mv = memoryview(data)
+        except TypeError as exc:
+            raise error_for(
+                ErrorCode.OPERAND_MISMATCH,
+                f"{role}: {type(data).__name__} is not array data; pass a NumPy array, a "
+                "buffer or a DLPack tensor",
+            ) from exc
+        if mv.format in _RAW_FORMATS and mv.itemsize == 1 and mv.contiguous:
+            count = mv.nbytes // want.itemsize
+            arr = np.frombuffer(mv, dtype=want, count=count)
+        else:
+            arr = np.asarray(mv)
+    if arr.dtype != want:
+        raise error_for(
+            ErrorCode.OPERAND_MISMATCH,
+            f"{role} has dtype {arr.dtype} but its tensor info says {datatype.name} "
+            f"({want}); convert the data or describe it with the matching datatype",
+        )
+    return arr
+
+
+def byte_span(arr: np.ndarray) -> tuple[int, int]:
+    """Byte range [low, high) that the elements of ``arr`` occupy."""
+    low, high = byte_bounds(arr)
+    return int(low), int(high)
+
+
+def _allocation(arr: np.ndarray, data: Any) -> tuple[int, int]:
+    """Byte range [low, high) of the memory that owns ``arr``."""
+    storage = getattr(data, "untyped_storage", None)
+    if callable(storage):  # torch tensors: the storage, not just the view
+        try:
+            st = storage()
+            low = int(st.data_ptr())
+            return low, low + int(st.nbytes())
+        except Exception:  # noqa: BLE001 - fall back to the view's own bounds
+            pass
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    owner = root.base
+    if owner is not None and not isinstance(owner, np.ndarray):
+        try:
+            flat = np.frombuffer(owner, dtype=np.uint8)
+            low = int(flat.__array_interface__["data"][0])
+            return low, low + flat.nbytes
+        except (TypeError, ValueError, BufferError):
+            pass
+    return byte_span(root)
+
+
+def bind_array(
+    data: Any,
+    datatype: Datatype,
+    extents: Sequence[int],
+    strides: Sequence[int],
+    modes: Modes,
+    role: str,
+    *,
+    writable: bool = False,
+) -> np.ndarray:
+    """View ``data`` through a descriptor, as an array over the merged modes.
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20 for a dtype or shape that does not match the descriptor.
+    OutOfBoundsError
+        Code 19 when the layout reaches outside the memory the object owns.
+    ReadOnlyError
+        Code 22 when ``writable`` and the data is read-only.
+    """
+    arr = to_ndarray(data, datatype, role)
+    ext = tuple(extents)
+    if arr.shape != ext and arr.ndim != 1:
+        raise error_for(
+            ErrorCode.OPERAND_MISMATCH,
+            f"{role} has shape {arr.shape} but its tensor info has extents {ext}; pass data "
+            "of that shape, or one-dimensional storage whose first element is element [0,...,0]",
+        )
+    if writable and not arr.flags.writeable:
+        raise error_for(
+            ErrorCode.READ_ONLY,
+            f"{role} is read-only; pass a writable array (for example a copy) as the output",
+        )
+    item = datatype.itemsize
+    span = footprint(ext, strides)
+    if span is not None:
+        start = int(arr.__array_interface__["data"][0])
+        low, high = _allocation(arr, data)
+        first, last = start + span[0] * item, start + (span[1] + 1) * item
+        if first < low or last > high:
+            raise error_for(
+                ErrorCode.OUT_OF_BOUNDS,
+                f"{role}: extents {ext} with strides {tuple(strides)} reach element offsets "
+                f"{span[0]}..{span[1]}, bytes [{first - low}, {last - low}) of an allocation "
+                f"of {high - low} bytes; fix the strides or pass the whole array",
+            )
+    shape = modes.extents
+    byte_strides = tuple(s * item for s in modes.strides)
+    if span is None:  # empty: never dereferenced, any strides do
+        return np.empty(shape, dtype=arr.dtype)
+    return np.lib.stride_tricks.as_strided(
+        arr, shape=shape, strides=byte_strides, writeable=writable
+    )
+
+
+def convert_scalar(value: Any, datatype: Datatype, name: str) -> Any:
+    """Convert alpha or beta to D's datatype.
+
+    Raises
+    ------
+    ScalarError
+        Code 21 for a non-number, a complex value with a real D, or a finite value that
+        overflows D's datatype.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, bool) or not isinstance(value, (int, float, complex, np.number)):
+        raise error_for(
+            ErrorCode.SCALAR_NOT_REPRESENTABLE,
+            f"{name}={value!r} is not a number; pass an int, float or complex",
+        )
+    is_complex = isinstance(value, (complex, np.complexfloating))
+    if is_complex and not datatype.is_complex and complex(value).imag != 0:
+        raise error_for(
+            ErrorCode.SCALAR_NOT_REPRESENTABLE,
+            f"{name}={value!r} is complex but D is {datatype.name}; use a complex D or a "
+            "real scalar",
+        )
+    if is_complex and not datatype.is_complex:
+        value = complex(value).real
+    dtype = datatype.numpy_dtype
+    with np.errstate(over="ignore", invalid="ignore"):
+        try:
+            out = np.array(value).astype(dtype)[()]
+        except OverflowError as exc:
+            raise error_for(
+                ErrorCode.SCALAR_NOT_REPRESENTABLE,
+                f"{name}={value!r} does not fit in {datatype.name}",
+            ) from exc
+    if np.all(np.isfinite(np.asarray(value))) and not np.all(np.isfinite(np.asarray(out))):
+        raise error_for(
+            ErrorCode.SCALAR_NOT_REPRESENTABLE,
+            f"{name}={value!r} overflows D's datatype {datatype.name}; scale the data instead",
+        )
+    return out
+
+
+@dataclass
+class BoundProduct:
+    """The operands of one execution, bound and checked, ready for a backend.
+
+    ``c`` is ``None`` when C must not be read (beta == 0). Views are over merged modes in the
+    order of the spec's ``modes`` of each operand.
+    """
+
+    alpha: Any
+    beta: Any
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray | None
+    d: np.ndarray
+    bytes_copied: int = 0
+
+    @property
+    def beta_is_zero(self) -> bool:
+        """Whether C is ignored."""
+        return self.c is None
+
+
+def _bind(data: Any, spec: OperandSpec, *, writable: bool = False) -> np.ndarray:
+    return bind_array(
+        data, spec.datatype, spec.extents, spec.strides, spec.modes, spec.role,
+        writable=writable,
+    )
+
+
+def _same_layout(x: np.ndarray, d: np.ndarray) -> bool:
+    return (
+        x.__array_interface__["data"][0] == d.__array_interface__["data"][0]
+        and x.strides == d.strides
+        and x.dtype == d.dtype
+        and x.shape == d.shape
+    )
+
+
+def bind_product(
+    spec: ContractionSpec, alpha: Any, a: Any, b: Any, beta: Any, c: Any, d: Any
+) -> BoundProduct:
+    """Bind and check every operand of one execution; nothing is written here.
+
+    Order: A, B, C, D binding (19, 20, 22), then alpha and beta (21), then C missing (12).
+    Inputs that share memory with D are copied (C with D's exact layout is left in place).
+    """
+    va, vb = _bind(a, spec.a), _bind(b, spec.b)
+    vc = None if c is None else _bind(c, spec.c)
+    vd = _bind(d, spec.d, writable=True)
+    al = convert_scalar(alpha, spec.d.datatype, "alpha")
+    be = convert_scalar(beta, spec.d.datatype, "beta")
+    if be != 0 and vc is None:
+        raise error_for(
+            ErrorCode.C_MISSING,
+            "beta is not zero but C is None; pass C or set beta to 0",
+        )
+    if be == 0:
+        vc = None
+    copied = 0
+    if vd.size:
+        if np.may_share_memory(va, vd):
+            va = va.copy()
+            copied += va.nbytes
+        if np.may_share_memory(vb, vd):
+            vb = vb.copy()
+            copied += vb.nbytes
+        if vc is not None and not _same_layout(vc, vd) and np.may_share_memory(vc, vd):
+            vc = vc.copy()
+            copied += vc.nbytes
+    return BoundProduct(al, be, va, vb, vc, vd, copied)

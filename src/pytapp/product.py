@@ -1,0 +1,359 @@
+"""TensorProduct: the plan of ``D := op_D(alpha op_A(A) op_B(B) + beta op_C(C))``.
+
+All structural checks run at creation, so a plan that exists is valid; ``execute`` only binds
+the buffers, checks them, and runs the backend's precomputed plan.
+
+Examples
+--------
+>>> import numpy as np
+>>> from pytapp import Handle, TensorInfo, TensorProduct
+>>> a, b = np.ones((2, 3)), np.ones((3, 4))
+>>> d = np.zeros((2, 4))
+>>> with Handle("reference") as h:
+...     plan = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
+...                          None, None, TensorInfo.from_array(d), "ij")
+...     status = plan.execute(2.0, a, b, 0.0, None, d)
+>>> float(d[0, 0]), status.backend
+(6.0, 'reference')
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from pytapp.analysis.labels import normalize_labels
+from pytapp.analysis.spec import ContractionSpec, build_spec
+from pytapp.attributes import Attr, AttributeStore
+from pytapp.backends.base import BackendPlan
+from pytapp.backends.reference import ReferencePlan
+from pytapp.datatypes import ElementOp
+from pytapp.errors import ErrorCode, error_for
+from pytapp.executor import Executor
+from pytapp.handle import Handle
+from pytapp.operands import BoundProduct, bind_product, byte_span
+from pytapp.precision import Prectype, tolerance_factor, within_tolerance
+from pytapp.status import Status
+from pytapp.tensor import TensorInfo
+
+__all__ = ["TensorProduct"]
+
+
+def _check_info(info: Any, role: str) -> TensorInfo:
+    if not isinstance(info, TensorInfo):
+        raise error_for(
+            ErrorCode.UNKNOWN_DATATYPE,
+            f"{role} must be described by a pytapp.TensorInfo, not {type(info).__name__}; "
+            "use TensorInfo(datatype, extents, strides) or TensorInfo.from_array(array)",
+        )
+    return info
+
+
+def _thread_scope(threads: int | None) -> AbstractContextManager[Any]:
+    if threads is None:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads)
+
+
+class TensorProduct(AttributeStore):
+    """A validated, reusable plan for one tensor product.
+
+    Parameters
+    ----------
+    handle
+        The :class:`Handle` whose backend runs this product.
+    a, a_labels, b, b_labels, c, c_labels, d, d_labels
+        Descriptor and labels of each operand (labels: a string with one character per mode,
+        or any sequence of hashables). ``c=None`` gives C the descriptor of D, and
+        ``c_labels=None`` gives it D's labels.
+    op_a, op_b, op_c, op_d
+        :class:`ElementOp` per operand; ``op_d`` applies to the whole result.
+    prec
+        :class:`Prectype`.
+    allow_broadcast
+        Accept labels only in D (Case 5); default from the handle's ALLOW_BROADCAST.
+    executor
+        Executor the backend may plan for (threads, device); execution may use another.
+
+    Raises
+    ------
+    TappError
+        Codes 13-17 and 1-11 at creation, in SPEC section 5's order; 18 when the backend
+        cannot run this product; 23/24 for a destroyed or foreign handle.
+    """
+
+    _attr_keys = frozenset({Attr.ALLOW_BROADCAST, Attr.ALGORITHM, Attr.BACKEND})
+    _attr_readonly = frozenset({Attr.ALLOW_BROADCAST, Attr.ALGORITHM, Attr.BACKEND})
+
+    def __init__(
+        self,
+        handle: Handle,
+        a: TensorInfo,
+        a_labels: Any,
+        b: TensorInfo,
+        b_labels: Any,
+        c: TensorInfo | None,
+        c_labels: Any,
+        d: TensorInfo,
+        d_labels: Any,
+        *,
+        op_a: Any = ElementOp.IDENTITY,
+        op_b: Any = ElementOp.IDENTITY,
+        op_c: Any = ElementOp.IDENTITY,
+        op_d: Any = ElementOp.IDENTITY,
+        prec: Any = Prectype.DEFAULT,
+        allow_broadcast: bool | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(handle, Handle):
+            raise error_for(
+                ErrorCode.HANDLE_MISMATCH,
+                f"handle must be a pytapp.Handle, not {type(handle).__name__}",
+            )
+        handle.check_alive()
+        self.handle = handle
+        self._destroyed = False
+        infos = {
+            "A": _check_info(a, "A"),
+            "B": _check_info(b, "B"),
+            "D": _check_info(d, "D"),
+        }
+        infos["C"] = infos["D"] if c is None else _check_info(c, "C")
+        raw = {"A": a_labels, "B": b_labels, "D": d_labels}
+        raw["C"] = d_labels if c_labels is None else c_labels
+        labels = {r: normalize_labels(raw[r], infos[r].nmodes, r) for r in "ABCD"}
+        ops = {"A": op_a, "B": op_b, "C": op_c, "D": op_d}
+        if allow_broadcast is None:
+            allow_broadcast = bool(handle.get_attr(Attr.ALLOW_BROADCAST))
+        items = {
+            r: (infos[r].datatype, infos[r].extents, infos[r].strides, labels[r], ops[r])
+            for r in "ABCD"
+        }
+        self.spec: ContractionSpec = build_spec(
+            items["A"], items["B"], items["C"], items["D"], prec, bool(allow_broadcast)
+        )
+        self.infos = (infos["A"], infos["B"], infos["C"], infos["D"])
+        self._plan: BackendPlan = handle.backend.plan(self.spec, executor)
+        self._set_attr_internal(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
+        self._set_attr_internal(Attr.BACKEND, handle.backend_name)
+        self._set_attr_internal(Attr.ALGORITHM, self._plan.algorithm)
+
+    # ------------------------------------------------------------------ lifecycle
+    def check_alive(self) -> None:
+        """Raise code 23 when the plan (or its handle) was destroyed."""
+        if self._destroyed:
+            raise error_for(
+                ErrorCode.DESTROYED, "this TensorProduct was destroyed; create a new plan"
+            )
+        self.handle.check_alive()
+
+    def destroy(self) -> None:
+        """Release the plan (idempotent); later use raises code 23."""
+        self._destroyed = True
+
+    def __enter__(self) -> TensorProduct:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.destroy()
+
+    @property
+    def algorithm(self) -> str:
+        """What the backend decided to do at plan creation."""
+        return self._plan.algorithm
+
+    @property
+    def backend_name(self) -> str:
+        """Name of the backend that runs this plan."""
+        return self.handle.backend_name
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations of one execution."""
+        return self.spec.flops
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorProduct({self.spec.einsum()!r}, backend={self.backend_name!r}, "
+            f"algorithm={self.algorithm!r}, prec={self.spec.prec.name})"
+        )
+
+    # ------------------------------------------------------------------ execution
+    def _executor(self, executor: Any) -> Executor | None:
+        if executor is None:
+            return None
+        if not isinstance(executor, Executor):
+            raise error_for(
+                ErrorCode.INVALID_EXECUTOR,
+                f"executor must be a pytapp.Executor or None, not {type(executor).__name__}",
+            )
+        executor.check_alive()
+        if executor.handle is not None and executor.handle is not self.handle:
+            raise error_for(
+                ErrorCode.HANDLE_MISMATCH,
+                "the executor was created by another handle; create it with this plan's handle",
+            )
+        return executor
+
+    def _run(self, bound: BoundProduct, executor: Executor | None) -> Status:
+        before = bound.d.copy() if executor is not None and executor.verify else None
+        c_orig = None
+        if before is not None and bound.c is not None and np.may_share_memory(bound.c, bound.d):
+            c_orig = bound.c.copy()
+        start = time.perf_counter()
+        with _thread_scope(None if executor is None else executor.threads):
+            status = self._plan.run(bound, executor)
+        status.seconds = time.perf_counter() - start
+        status.bytes_copied += bound.bytes_copied
+        if before is not None:
+            self._verify(bound, before, c_orig)
+        return status
+
+    def _verify(self, bound: BoundProduct, before: np.ndarray, c_orig: np.ndarray | None) -> None:
+        """Compare D with the reference; restore D and raise 137 on disagreement."""
+        spec = self.spec
+        c = c_orig if c_orig is not None else bound.c
+        expected = before.copy()
+        ReferencePlan(spec).run(
+            BoundProduct(bound.alpha, bound.beta, bound.a, bound.b, c, expected), None
+        )
+        magnitude = np.zeros(before.shape, dtype=np.float64)
+        ReferencePlan(spec, absolute=True).run(
+            BoundProduct(bound.alpha, bound.beta, bound.a, bound.b, c, magnitude), None
+        )
+        n_terms = spec.size(spec.classes.P + spec.classes.IA + spec.classes.IB)
+        ok = within_tolerance(
+            bound.d,
+            expected,
+            magnitude,
+            tolerance_factor(spec.rule, n_terms),
+            spec.d.datatype.eps,
+        )
+        if not np.all(ok):
+            got = np.asarray(bound.d).astype(np.complex128)
+            worst = float(np.nanmax(np.abs(got - expected.astype(np.complex128)), initial=0.0))
+            bound.d[...] = before
+            raise error_for(
+                ErrorCode.VERIFICATION_FAILED,
+                f"backend {self.backend_name!r} disagrees with the reference on "
+                f"{int(np.size(ok) - np.count_nonzero(ok))} of {np.size(ok)} elements of D "
+                f"(largest difference {worst:.3g}); D was left unchanged",
+            )
+
+    def execute(
+        self,
+        alpha: Any,
+        a: Any,
+        b: Any,
+        beta: Any,
+        c: Any,
+        d: Any,
+        executor: Executor | None = None,
+    ) -> Status:
+        """Compute ``D := op_D(alpha op_A(A) op_B(B) + beta op_C(C))`` into ``d``.
+
+        Parameters
+        ----------
+        alpha, beta
+            Scalars, converted to D's datatype. ``beta == 0`` means C is not read.
+        a, b, c, d
+            Data for each operand: NumPy arrays, buffers or DLPack tensors whose element
+            [0, ..., 0] is the descriptor's. ``c`` may be ``None`` when ``beta == 0``.
+        executor
+            Where to run; ``None`` is the default executor.
+
+        Returns
+        -------
+        Status
+            Backend, algorithm, seconds, flops and bytes copied.
+
+        Raises
+        ------
+        TappError
+            23 destroyed; 33/24 invalid or foreign executor; 19, 20, 22 operand binding;
+            21 alpha/beta; 12 C missing; 137 verification. D is unchanged on every error.
+        """
+        self.check_alive()
+        ex = self._executor(executor)
+        bound = bind_product(self.spec, alpha, a, b, beta, c, d)
+        return self._run(bound, ex)
+
+    def execute_batched(
+        self,
+        alpha: Any,
+        a: Sequence[Any],
+        b: Sequence[Any],
+        beta: Any,
+        c: Sequence[Any] | None,
+        d: Sequence[Any],
+        executor: Executor | None = None,
+    ) -> Status:
+        """Run the product on every item of equally long operand lists.
+
+        Every item is bound and checked before the first is computed, so an error leaves every
+        D unchanged. Items whose D overlaps another item's inputs see those inputs as they were
+        before the batch; two D's that overlap each other are error 8.
+
+        Raises
+        ------
+        BatchLengthError
+            Code 25 when the lists differ in length; otherwise as :meth:`execute`.
+        """
+        self.check_alive()
+        ex = self._executor(executor)
+        cs: Sequence[Any] = [None] * len(d) if c is None else c
+        lengths = {len(a), len(b), len(cs), len(d)}
+        if len(lengths) != 1:
+            raise error_for(
+                ErrorCode.BATCH_LENGTH,
+                f"batched lists have lengths A={len(a)}, B={len(b)}, C={len(cs)}, D={len(d)}; "
+                "give every operand list the same length",
+            )
+        bounds = [
+            bind_product(self.spec, alpha, ai, bi, beta, ci, di)
+            for ai, bi, ci, di in zip(a, b, cs, d, strict=True)
+        ]
+        _isolate_batch(bounds)
+        total = Status(backend=self.backend_name, algorithm=self.algorithm, products=0)
+        for bound in bounds:
+            total.merge(self._run(bound, ex))
+        return total
+
+
+
+def _isolate_batch(bounds: list[BoundProduct]) -> None:
+    """Copy inputs that another item's D overwrites; reject D's that overlap each other."""
+    ds = sorted((byte_span(x.d), i) for i, x in enumerate(bounds) if x.d.size)
+    starts = [s[0][0] for s in ds]
+    for (span, i), (nxt, j) in zip(ds, ds[1:], strict=False):
+        if nxt[0] < span[1] and np.may_share_memory(bounds[i].d, bounds[j].d):
+            raise error_for(
+                ErrorCode.D_ALIASING,
+                f"D of batch items {i} and {j} overlap; give every item its own output",
+            )
+    for i, item in enumerate(bounds):
+        for name in ("a", "b", "c"):
+            x = getattr(item, name)
+            if x is None or x.size == 0:
+                continue
+            low, high = byte_span(x)
+            k = bisect.bisect_left(starts, high)
+            for (dspan, j) in ds[:k]:
+                if j != i and dspan[1] > low and np.may_share_memory(x, bounds[j].d):
+                    setattr(item, name, x.copy())
+                    item.bytes_copied += x.nbytes
+                    break
