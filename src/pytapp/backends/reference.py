@@ -176,7 +176,8 @@ class ReferencePlan:
         step = max(1, _CHUNK // max(n_p, 1))
         for start in range(0, n_d, step):
             stop = min(n_d, start + step)
-            flat = np.unravel_index(np.arange(start, stop), self.d_extents)
+            flat = np.unravel_index(np.arange(start, stop), self.d_extents) if (
+                self.d_extents) else ()
             d_idx = dict(zip(self.d_labels, flat, strict=True))
             rows = stop - start
             if bound.c is None:

@@ -1,0 +1,79 @@
+"""A conformance instance: one product with its data, or one misuse with its expected error.
+
+Every array an instance hands to a backend is a view into a larger *parent* allocation that the
+instance owns, so the runner can check afterwards that nothing outside the views changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytapp.datatypes import Datatype, ElementOp
+from pytapp.precision import Prectype
+
+__all__ = ["Instance", "OperandData"]
+
+
+@dataclass
+class OperandData:
+    """One operand: the view handed to the backend and the allocation it lives in."""
+
+    view: Any
+    parent: np.ndarray
+
+    @property
+    def offset_bytes(self) -> int:
+        """Byte offset of the view's element [0, ..., 0] inside its parent."""
+        start = int(np.asarray(self.view).__array_interface__["data"][0])
+        return start - int(self.parent.__array_interface__["data"][0])
+
+
+@dataclass
+class Instance:
+    """Everything needed to run one product and judge the result.
+
+    ``items`` holds one operand set per batch item (one item unless ``batched``); each set is
+    a dict with keys ``'A'``, ``'B'``, ``'C'`` (``None`` when absent) and ``'D'``.
+    ``expected_code`` is the TAPP error the run must raise (``None``: it must succeed), and
+    ``scenario`` names a misuse the runner performs (see :mod:`pytapp.conformance.runner`).
+    """
+
+    case: int
+    seed: int
+    labels: dict[str, tuple[Hashable, ...]]
+    datatypes: dict[str, Datatype]
+    items: list[dict[str, OperandData | None]]
+    ops: dict[str, ElementOp] = field(default_factory=dict)
+    prec: Prectype = Prectype.DEFAULT
+    alpha: complex | float = 1.0
+    beta: complex | float = 0.0
+    allow_broadcast: bool = False
+    batched: bool = False
+    expected_code: int | None = None
+    scenario: str | None = None
+    c_is_d: bool = False
+    note: str = ""
+
+    def describe(self) -> str:
+        """One line: labels, datatypes, precision, scalars."""
+
+        def word(labels: tuple[Hashable, ...]) -> str:
+            return "".join(str(x) for x in labels) if all(
+                isinstance(x, str) and len(x) == 1 for x in labels
+            ) else repr(labels)
+
+        dts = "/".join(self.datatypes[r].name for r in "ABCD")
+        ops = "".join("c" if self.ops.get(r) is ElementOp.CONJUGATE else "-" for r in "ABCD")
+        text = (
+            f"{word(self.labels['A'])},{word(self.labels['B'])}->{word(self.labels['D'])} "
+            f"{dts} ops={ops} prec={self.prec.name} alpha={self.alpha} beta={self.beta}"
+        )
+        if self.expected_code is not None:
+            text += f" expect error {self.expected_code}"
+        if self.scenario:
+            text += f" ({self.scenario})"
+        return text + (f" [{self.note}]" if self.note else "")
