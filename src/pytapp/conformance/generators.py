@@ -123,7 +123,7 @@ def make_operand(
             shape.insert(pos, pe)
             index.insert(pos, fixed)
         parent = random_values(rng, shape, datatype)
-        view = parent[tuple(index)]
+        view = parent[(*index, Ellipsis)]
     else:
         parent = random_values(rng, ext, datatype)
         view = parent
