@@ -102,7 +102,7 @@ def _allocation(arr: np.ndarray, data: Any) -> tuple[int, int]:
             st = storage()
             low = int(st.data_ptr())
             return low, low + int(st.nbytes())
-        except Exception:  # noqa: BLE001 - fall back to the view's own bounds
+        except Exception:
             pass
     root = arr
     while isinstance(root.base, np.ndarray):

@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -60,7 +61,8 @@ def _thread_scope(threads: int | None) -> AbstractContextManager[Any]:
         return nullcontext()
     from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=threads)
+    scope: AbstractContextManager[Any] = threadpool_limits(limits=threads)
+    return scope
 
 
 class TensorProduct(AttributeStore):
@@ -339,7 +341,7 @@ def _isolate_batch(bounds: list[BoundProduct]) -> None:
     """Copy inputs that another item's D overwrites; reject D's that overlap each other."""
     ds = sorted((byte_span(x.d), i) for i, x in enumerate(bounds) if x.d.size)
     starts = [s[0][0] for s in ds]
-    for (span, i), (nxt, j) in zip(ds, ds[1:], strict=False):
+    for (span, i), (nxt, j) in itertools.pairwise(ds):
         if nxt[0] < span[1] and np.may_share_memory(bounds[i].d, bounds[j].d):
             raise error_for(
                 ErrorCode.D_ALIASING,

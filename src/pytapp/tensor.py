@@ -76,6 +76,10 @@ class TensorInfo(AttributeStore):
     TensorInfo(C64, extents=(2,), strides=(-1,))
     """
 
+    _datatype: Datatype
+    _extents: tuple[int, ...]
+    _strides: tuple[int, ...]
+
     def __init__(
         self, datatype: Any, extents: Sequence[int], strides: Sequence[int] | None = None
     ) -> None:

@@ -18,7 +18,14 @@ from typing import Any
 
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["LabelClasses", "Modes", "check_structure", "classify", "merge_modes", "normalize_labels"]
+__all__ = [
+    "LabelClasses",
+    "Modes",
+    "check_structure",
+    "classify",
+    "merge_modes",
+    "normalize_labels",
+]
 
 Label = Hashable
 
@@ -34,7 +41,7 @@ def normalize_labels(labels: Any, nmodes: int, operand: str) -> tuple[Label, ...
         Code 13 when the number of labels differs from the number of modes, or a label is
         not hashable.
     """
-    items: tuple[Any, ...] = tuple(labels) if not isinstance(labels, str) else tuple(labels)
+    items: tuple[Any, ...] = tuple(labels)
     if len(items) != nmodes:
         raise error_for(
             ErrorCode.NEGATIVE_NMODES,
@@ -94,7 +101,7 @@ def _check_against(
     other: Sequence[Label],
     other_ext: Sequence[int],
     code: ErrorCode,
-    where: str,
+    where: tuple[str, str],
     skip: int = -1,
 ) -> None:
     for j, (o, e) in enumerate(zip(other, other_ext, strict=True)):

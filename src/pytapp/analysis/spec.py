@@ -99,7 +99,11 @@ class ContractionSpec:
         return (self.a.datatype, self.b.datatype, self.c.datatype, self.d.datatype)
 
     def einsum(self) -> str:
-        """An einsum-like rendering with one letter per label, e.g. ``'ab,bc->ac'``."""
+        """An einsum-like rendering, e.g. ``'ik,kj->ij'`` (letters invented for other labels)."""
+        everything = self.a.labels + self.b.labels + self.d.labels
+        if all(isinstance(x, str) and len(x) == 1 for x in everything):
+            return f"{''.join(map(str, self.a.labels))},{''.join(map(str, self.b.labels))}" \
+                f"->{''.join(map(str, self.d.labels))}"
         letters: dict[Label, str] = {}
         pool = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -160,12 +164,12 @@ def build_spec(
         With the codes listed above.
     """
     prectype = as_prectype(prec)
-    ops = {role: as_element_op(item[4], role) for role, item in zip("ABCD", (a, b, c, d))}
-    del ops  # validated in order before any structural check
+    for role, item in zip("ABCD", (a, b, c, d), strict=True):
+        as_element_op(item[4], role)  # op errors (17) come before structural ones
     check_structure(
         (a[3], a[1]), (b[3], b[1]), (c[3], c[1]), (d[3], d[1]), allow_broadcast
     )
-    sa, sb, sc, sd = (_operand(r, x) for r, x in zip("ABCD", (a, b, c, d)))
+    sa, sb, sc, sd = (_operand(r, x) for r, x in zip("ABCD", (a, b, c, d), strict=True))
     if self_aliases(sd.modes.extents, sd.modes.strides):
         raise error_for(
             ErrorCode.D_ALIASING,

@@ -86,6 +86,6 @@ def available() -> dict[str, tuple[bool, str]]:
         try:
             get(name)
             out[name] = (True, "")
-        except Exception as exc:  # noqa: BLE001 - report every failure as a reason
+        except Exception as exc:
             out[name] = (False, getattr(exc, "message", str(exc)))
     return out

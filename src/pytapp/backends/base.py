@@ -68,7 +68,7 @@ class Capabilities:
                 return f"repeated labels in {op.role} are not supported"
             if any(s < 0 for s in op.strides) and not self.negative_strides:
                 return f"negative strides in {op.role} are not supported"
-            if any(s == 0 for s, e in zip(op.strides, op.extents) if e > 1) and not (
+            if any(s == 0 for s, e in zip(op.strides, op.extents, strict=True) if e > 1) and not (
                 self.zero_strides
             ):
                 return f"zero strides in {op.role} are not supported"

@@ -27,9 +27,9 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.base import Capabilities
+from pytapp.datatypes import Datatype
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct
-from pytapp.datatypes import Datatype
 from pytapp.precision import ComputeRule, Prectype
 from pytapp.status import Status
 

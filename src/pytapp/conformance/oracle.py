@@ -169,7 +169,8 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     item = x.dtype.itemsize
     bx = np.ascontiguousarray(x).view(np.uint8).reshape(*x.shape, item)
     by = np.ascontiguousarray(y).view(np.uint8).reshape(*y.shape, item)
-    return np.all(bx == by, axis=-1)
+    same: np.ndarray = np.all(bx == by, axis=-1)
+    return same
 
 
 def check_result(result_parent: np.ndarray, exp: Expected) -> tuple[bool, str]:

@@ -204,7 +204,7 @@ def run_instance(inst: Instance, backend: str) -> Outcome:
             return Outcome(inst.case, inst.seed, UNSUPPORTED, exc.message, desc)
         want = "success" if inst.expected_code is None else f"error {inst.expected_code}"
         return Outcome(inst.case, inst.seed, FAIL, f"expected {want}, got {exc}", desc)
-    except Exception as exc:  # noqa: BLE001 - any other exception is a failure to report
+    except Exception as exc:
         return Outcome(inst.case, inst.seed, FAIL,
                        f"raised {type(exc).__name__}: {exc} (not a TappError)", desc)
     if inst.expected_code is not None:

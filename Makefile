@@ -1,0 +1,30 @@
+# pytapp: make demo | make test | make lint | make bench
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-all
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[all]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/01_contraction.py
+	$(PY) -m pytapp bench --suite quick
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: lint
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m pytapp bench --suite full --json docs/benchmarks.json --plot docs/benchmarks.png --markdown docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

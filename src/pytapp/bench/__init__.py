@@ -1,0 +1,1 @@
+"""Benchmarks: cases, harness, peers and reports (``pytapp bench``)."""
