@@ -38,6 +38,7 @@ __all__ = [
     "bind_product",
     "byte_span",
     "convert_scalar",
+    "same_layout",
     "to_ndarray",
 ]
 
@@ -245,7 +246,8 @@ def _bind(data: Any, spec: OperandSpec, *, writable: bool = False) -> np.ndarray
     )
 
 
-def _same_layout(x: np.ndarray, d: np.ndarray) -> bool:
+def same_layout(x: np.ndarray, d: np.ndarray) -> bool:
+    """Whether two views address the same elements in the same order with one dtype."""
     return (
         x.__array_interface__["data"][0] == d.__array_interface__["data"][0]
         and x.strides == d.strides
@@ -282,7 +284,7 @@ def bind_product(
         if np.may_share_memory(vb, vd):
             vb = vb.copy()
             copied += vb.nbytes
-        if vc is not None and not _same_layout(vc, vd) and np.may_share_memory(vc, vd):
+        if vc is not None and not same_layout(vc, vd) and np.may_share_memory(vc, vd):
             vc = vc.copy()
             copied += vc.nbytes
     return BoundProduct(al, be, va, vb, vc, vd, copied)

@@ -12,9 +12,10 @@ True
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
-__all__ = ["footprint", "self_aliases"]
+__all__ = ["footprint", "fusable", "order_by_stride", "self_aliases"]
 
 
 def footprint(extents: Sequence[int], strides: Sequence[int]) -> tuple[int, int] | None:
@@ -49,3 +50,30 @@ def self_aliases(extents: Sequence[int], strides: Sequence[int]) -> bool:
             return True
         span = stride * (extent - 1) + span
     return False
+
+
+def order_by_stride(labels: Sequence[object], strides: Sequence[int]) -> list[object]:
+    """Labels sorted by decreasing ``|stride|`` (outermost first), ties in given order.
+
+    Examples
+    --------
+    >>> order_by_stride("abc", (1, 12, 4))
+    ['b', 'c', 'a']
+    """
+    keyed = sorted(range(len(labels)), key=lambda i: -abs(strides[i]))
+    return [labels[i] for i in keyed]
+
+
+def fusable(extents: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether modes (outermost first) can be viewed as one mode without copying.
+
+    Modes of extent 1 never matter; each other mode's stride must equal the next non-trivial
+    mode's stride times that mode's extent.
+
+    Examples
+    --------
+    >>> fusable((2, 3, 4), (12, 4, 1)), fusable((2, 3), (1, 2))
+    (True, False)
+    """
+    modes = [(e, s) for e, s in zip(extents, strides, strict=True) if e != 1]
+    return all(s == s2 * e2 for (_, s), (e2, s2) in itertools.pairwise(modes))

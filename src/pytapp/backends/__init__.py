@@ -28,10 +28,11 @@ __all__ = [
 ]
 
 #: Backend used when neither the handle nor ``PYTAPP_BACKEND`` names one.
-DEFAULT_BACKEND = "reference"
+DEFAULT_BACKEND = "blas"
 
 _FACTORIES: dict[str, str] = {
     "reference": "pytapp.backends.reference:ReferenceBackend",
+    "blas": "pytapp.backends.blas:BlasBackend",
 }
 _INSTANCES: dict[str, Backend] = {}
 

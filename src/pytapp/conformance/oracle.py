@@ -88,7 +88,9 @@ def _view_in(parent: np.ndarray, data: OperandData) -> np.ndarray:
 
 def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expected:
     """Compute the expected parent of D for one batch item of ``inst``."""
-    dts = inst.datatypes
+    dts = dict(inst.datatypes)
+    if item["C"] is None:  # the plan then gives C the descriptor (and datatype) of D
+        dts["C"] = dts["D"]
     rule = compute_rule(inst.prec, (dts["A"], dts["B"], dts["C"], dts["D"]))
     data_a, data_b, data_d = item["A"], item["B"], item["D"]
     assert data_a is not None and data_b is not None and data_d is not None

@@ -135,7 +135,8 @@ def execute_instance(inst: Instance, backend: str) -> None:
         data["C"], beta = None, 1.0
     if sc == "dtype_mismatch":
         a = np.asarray(data["A"])
-        data["A"] = a.astype(np.float16 if a.dtype != np.float16 else np.float32)
+        swap = {"float32": np.float64, "complex64": np.complex128, "complex128": np.complex64}
+        data["A"] = a.astype(swap.get(a.dtype.name, np.float32))
     if sc == "bad_scalar":
         alpha = 1e300 if inst.datatypes["D"].is_complex else complex(1, 2)
         if inst.datatypes["D"].itemsize >= 16:
