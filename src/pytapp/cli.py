@@ -14,6 +14,8 @@ import json
 import platform
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
 
 from pytapp import backends
 from pytapp.errors import ErrorCode, explain_error
@@ -92,6 +94,119 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def _progress_printer() -> tuple[Any, Any]:
+    """(callback, context) showing a rich progress bar, or plain lines without rich."""
+    try:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    except ImportError:
+        def plain(name: str, i: int, total: int) -> None:
+            if name != "done":
+                print(f"[{i + 1}/{total}] {name}", file=sys.stderr, flush=True)
+
+        return plain, nullcontext()
+    bar = Progress(TextColumn("{task.description:<28}"), BarColumn(),
+                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                   transient=True)
+    task = bar.add_task("benchmarking", total=None)
+
+    def update(name: str, i: int, total: int) -> None:
+        bar.update(task, description=name, completed=i, total=total)
+
+    return update, bar
+
+
+def _print_table(result: Any) -> None:
+    from pytapp.bench.report import table_rows, table_text
+
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(table_text(result))
+        return
+    header, rows, notes = table_rows(result)
+    table = Table(title=f"pytapp bench --suite {result.suite} (GFLOP/s; ratio to best peer)")
+    for h in header:
+        table.add_column(h, justify="left" if h in ("case", "dtype") else "right")
+    for r in rows:
+        table.add_row(*r)
+    console = Console(width=max(120, 12 * len(header)))
+    console.print(table)
+    for n in notes:
+        console.print(f"note: {n}")
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from pytapp.bench import report
+    from pytapp.bench.cases import generate, suite
+    from pytapp.bench.harness import run_bench
+    from pytapp.bench.peers import PEERS
+
+    try:
+        cases = suite(args.suite)
+        if args.generate:
+            cases += [generate(d, seed=s, size=args.size) for d in args.generate
+                      for s in range(args.generate_count)]
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if args.size != 1.0:
+        cases = [c.scaled(args.size) for c in cases]
+    if args.case:
+        cases = [c for c in cases if any(k in c.name for k in args.case)]
+    if args.dtype:
+        cases = [c for c in cases if c.dtype in args.dtype]
+    if not cases:
+        print("no benchmark case matches --case/--dtype", file=sys.stderr)
+        return 2
+    bad = [p for p in args.peers if p not in PEERS]
+    if bad:
+        print(f"unknown peers {bad}; choose from {', '.join(PEERS)}", file=sys.stderr)
+        return 2
+    for name in args.backend:
+        try:
+            backends.get(name)
+        except Exception as exc:  # noqa: BLE001 - report and exit non-zero
+            print(str(exc), file=sys.stderr)
+            return 2
+    callback, bar = _progress_printer()
+    with bar:
+        result = run_bench(cases, backends=args.backend, peers=args.peers, threads=args.threads,
+                           repeats=args.repeats, suite=args.suite, progress=callback)
+    _print_table(result)
+    if args.json:
+        report.write_json(result, args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.write_plot(result, args.plot)
+        print(f"wrote {args.plot}")
+    if args.markdown:
+        plot_ref = None
+        if args.plot:
+            from pathlib import Path
+
+            plot_ref = Path(args.plot).name
+        report.write_markdown(result, args.markdown, plot_ref)
+        print(f"wrote {args.markdown}")
+    wrong = [n for c in result.cases for n, m in c.measurements.items()
+             if m.verdict.startswith("wrong") and m.kind == "backend"]
+    return 1 if wrong else 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import runpy
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    scripts = sorted(examples.glob("*.py")) if examples.is_dir() else []
+    for script in scripts:
+        print(f"== {script.name}")
+        runpy.run_path(str(script), run_name="__main__")
+    if not scripts:
+        print("(examples are in the source repository; running the benchmark only)")
+    return _cmd_bench(_build_parser().parse_args(["bench", "--suite", "quick"]))
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pytapp", description="TAPP tensor products: backends, conformance, benchmarks"
@@ -108,6 +223,25 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", help="case numbers, e.g. '1-5,12' (default: all)")
     p.add_argument("--seeds", type=int, default=20, help="random instances per case")
     p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
+    p.add_argument("--suite", default="quick", help="quick (default), full or small")
+    p.add_argument("--backend", nargs="+", default=["blas"], help="pytapp backends to time")
+    p.add_argument("--peers", nargs="*", default=["numpy", "opt_einsum", "tblis", "torch"],
+                   help="peer libraries (default: all)")
+    p.add_argument("--case", nargs="+", help="only cases whose name contains one of these")
+    p.add_argument("--dtype", nargs="+", help="only these dtypes (f32 f64 c64 c128 f16 bf16)")
+    p.add_argument("--threads", type=int, help="threads for every library (default: all)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per contender")
+    p.add_argument("--size", type=float, default=1.0, help="scale every extent by this")
+    p.add_argument("--generate", nargs="+", metavar="DOMAIN",
+                   help="add randomized cases of these domains")
+    p.add_argument("--generate-count", type=int, default=2, help="randomized cases per domain")
+    p.add_argument("--json", help="write results as JSON")
+    p.add_argument("--plot", help="write a PNG bar chart")
+    p.add_argument("--markdown", help="write a Markdown report")
+    p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("demo", help="run the worked examples and the quick benchmark")
+    p.set_defaults(func=_cmd_demo)
     return parser
 
 

@@ -1,0 +1,289 @@
+"""Timing harness: warm-up, repeats, roofline, correctness of every timed result, memory.
+
+Examples
+--------
+>>> from pytapp.bench.cases import small_family
+>>> result = run_bench(small_family()[:1], backends=["blas"], peers=["numpy"], repeats=2,
+...                    measure_peaks=False)
+>>> result.cases[0].measurements["blas"].verdict
+'ok'
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytapp.bench.cases import BenchCase
+from pytapp.bench.peers import Contender, NotApplicable, backend_contender, peer
+from pytapp.datatypes import Datatype
+from pytapp.precision import within_tolerance
+
+__all__ = [
+    "BenchResult", "CaseResult", "Measurement", "environment", "measure_peaks", "run_bench",
+    "time_call",
+]
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Measurement:
+    """One contender on one case."""
+
+    name: str
+    kind: str
+    verdict: str  # "ok", "wrong: ...", "n/a: ..."
+    median_s: float = math.nan
+    min_s: float = math.nan
+    repeats: int = 0
+    gflops: float = math.nan
+    ratio_to_best_peer: float = math.nan
+    roofline_pct: float = math.nan
+    peak_extra_bytes: int | None = None
+    algorithm: str = ""
+
+    @property
+    def timed(self) -> bool:
+        """Whether this contender ran and was timed."""
+        return not self.verdict.startswith("n/a")
+
+
+@dataclass
+class CaseResult:
+    """Every contender on one case."""
+
+    case: BenchCase
+    measurements: dict[str, Measurement] = field(default_factory=dict)
+    attainable_gflops: float = math.nan
+    bound: str = ""  # "compute" or "memory"
+
+
+@dataclass
+class BenchResult:
+    """A whole run."""
+
+    suite: str
+    environment: dict[str, Any]
+    peaks: dict[str, Any]
+    cases: list[CaseResult] = field(default_factory=list)
+
+    def geomean_ratio(self, name: str) -> float:
+        """Geometric mean over cases of the speed ratio of ``name`` to the best peer."""
+        ratios = [c.measurements[name].ratio_to_best_peer for c in self.cases
+                  if name in c.measurements and c.measurements[name].timed
+                  and c.measurements[name].ratio_to_best_peer > 0]
+        if not ratios:
+            return math.nan
+        return float(math.exp(sum(math.log(r) for r in ratios) / len(ratios)))
+
+
+def time_call(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5,
+              max_seconds: float = 3.0) -> list[float]:
+    """Wall times (s) of ``repeats`` calls after ``warmup`` calls, with ``perf_counter_ns``.
+
+    Stops early (after at least 2 timed calls) once ``max_seconds`` of timed calls are spent.
+    """
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    spent = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        fn()
+        elapsed = (time.perf_counter_ns() - start) / 1e9
+        times.append(elapsed)
+        spent += elapsed
+        if spent > max_seconds and len(times) >= 2:
+            break
+    return times
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(threads: int | None = None) -> dict[str, Any]:
+    """CPU, cores, BLAS (as threadpoolctl reports it), thread setting, library versions."""
+    from threadpoolctl import threadpool_info
+
+    import pytapp
+
+    versions: dict[str, str] = {"python": platform.python_version(), "numpy": np.__version__,
+                                "pytapp": pytapp.__version__}
+    for module in ("opt_einsum", "pytblis", "torch", "ml_dtypes"):
+        try:
+            versions[module] = str(__import__(module).__version__)
+        except (ImportError, AttributeError):
+            versions[module] = "not installed"
+    pools = [{k: v for k, v in p.items() if k in ("internal_api", "version", "num_threads",
+                                                   "architecture", "threading_layer")}
+             for p in threadpool_info()]
+    return {"cpu": _cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(),
+            "threads": threads, "threadpools": pools, "versions": versions,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def measure_peaks(datatypes: Sequence[Datatype]) -> dict[str, Any]:
+    """GEMM peak per compute datatype (large square matmul) and copy bandwidth."""
+    gemm: dict[str, float] = {}
+    rng = np.random.default_rng(0)
+    for dt in sorted({_compute(d) for d in datatypes}):
+        n = 1024 if dt.is_complex else 1536
+        x = rng.standard_normal((n, n)).astype(dt.numpy_dtype)
+        flops = (8 if dt.is_complex else 2) * n**3
+        best = min(time_call(lambda x=x: x @ x, warmup=1, repeats=3))
+        gemm[dt.short_name] = flops / best / 1e9
+    src = np.ones(16 * 2**20)  # 128 MiB
+    dst = np.empty_like(src)
+    best = min(time_call(lambda: np.copyto(dst, src), warmup=1, repeats=5))
+    return {"gemm_gflops": gemm, "copy_gbytes_per_s": 2 * src.nbytes / best / 1e9}
+
+
+def _compute(dt: Datatype) -> Datatype:
+    return Datatype.F32 if dt in (Datatype.F16, Datatype.BF16) else dt
+
+
+def _check(case: BenchCase, results: dict[str, np.ndarray], fastest: str,
+           a: np.ndarray, b: np.ndarray) -> dict[str, str]:
+    """Compare every result with the fastest peer's, within SPEC tolerances (doubled)."""
+    ref = results[fastest]
+    la, lb, ld = case.labels
+    bound = np.einsum(case.einsum, np.abs(a).astype(np.float64), np.abs(b).astype(np.float64),
+                      optimize=True)
+    n_terms = math.prod(case.extents[x] for x in set(la + lb) - set(ld))
+    dt = case.datatype
+    eps = dt.eps if dt in (Datatype.F16, Datatype.BF16) else _compute(dt).eps
+    tol = 2 * 4.0 * eps * (n_terms + 4)
+    verdicts = {}
+    for name, res in results.items():
+        if res.shape != ref.shape:
+            verdicts[name] = f"wrong: shape {res.shape}, expected {ref.shape}"
+            continue
+        ok = within_tolerance(res, ref, bound, tol, 2 * dt.eps)
+        bad = int(ok.size - np.count_nonzero(ok))
+        verdicts[name] = "ok" if bad == 0 else (
+            f"wrong: {bad} of {ok.size} elements differ from {fastest}")
+    return verdicts
+
+
+def _peak_extra(contender: Contender) -> int | None:
+    if not contender.traced_memory:
+        return None
+    gc.collect()
+    tracemalloc.start()
+    try:
+        contender.call()
+        return int(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
+def _thread_scope(threads: int | None) -> ExitStack:
+    stack = ExitStack()
+    if threads:
+        from threadpoolctl import threadpool_limits
+
+        stack.enter_context(threadpool_limits(limits=threads))
+        for module, setter in (("torch", "set_num_threads"), ("pytblis", "set_num_threads")):
+            try:
+                mod = __import__(module)
+            except ImportError:
+                continue
+            getattr(mod, setter)(threads)
+    return stack
+
+
+def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
+             peaks: dict[str, Any], repeats: int, threads: int | None,
+             extra: dict[str, Callable[..., Contender]] | None = None) -> CaseResult:
+    """Time every contender on ``case`` and judge every result."""
+    out = CaseResult(case)
+    a, b, d = case.arrays(seed=hash(case.name) % 2**32)
+    contenders: list[Contender] = []
+    makers: list[tuple[str, Callable[[], Contender]]] = []
+    for name in backends:
+        makers.append((name, lambda n=name: backend_contender(n, case, a, b, d.copy(),
+                                                               threads)))
+    for name in peers:
+        makers.append((name, lambda n=name: peer(n, case, a, b, d.copy())))
+    for name, maker in (extra or {}).items():
+        makers.append((name, lambda m=maker: m(case, a, b, d.copy())))
+    for name, make in makers:
+        try:
+            contenders.append(make())
+        except NotApplicable as exc:
+            out.measurements[name] = Measurement(name, "?", f"n/a: {exc}")
+    results: dict[str, np.ndarray] = {}
+    for c in contenders:
+        try:
+            times = time_call(c.call, warmup=1, repeats=repeats)
+            results[c.name] = c.result(c.call())
+        except Exception as exc:  # noqa: BLE001 - a library failing is reported, not fatal
+            out.measurements[c.name] = Measurement(c.name, c.kind, f"n/a: failed: {exc}")
+            continue
+        med = float(np.median(times))
+        out.measurements[c.name] = Measurement(
+            c.name, c.kind, "ok", med, min(times), len(times), case.flops / med / 1e9,
+            peak_extra_bytes=_peak_extra(c), algorithm=c.algorithm)
+    timed_peers = [m for m in out.measurements.values() if m.kind == "peer" and m.timed]
+    reference = min(timed_peers or [m for m in out.measurements.values() if m.timed],
+                    key=lambda m: m.median_s, default=None)
+    if reference is not None:
+        verdicts = _check(case, results, reference.name, a, b)
+        for name, verdict in verdicts.items():
+            out.measurements[name].verdict = verdict
+    best_peer = min((m.median_s for m in timed_peers), default=math.nan)
+    peak = peaks.get("gemm_gflops", {}).get(_compute(case.datatype).short_name, math.nan)
+    bandwidth = peaks.get("copy_gbytes_per_s", math.nan)
+    intensity = case.flops / case.bytes_moved
+    attainable = min(peak, intensity * bandwidth)
+    out.attainable_gflops = attainable
+    out.bound = "compute" if attainable == peak else "memory"
+    for m in out.measurements.values():
+        if m.timed:
+            m.ratio_to_best_peer = best_peer / m.median_s
+            m.roofline_pct = 100.0 * m.gflops / attainable
+    return out
+
+
+def run_bench(cases: Sequence[BenchCase], backends: Sequence[str] = ("blas",),
+              peers: Sequence[str] = ("numpy", "opt_einsum", "tblis", "torch"),
+              threads: int | None = None, repeats: int = 5, suite: str = "custom",
+              progress: Progress | None = None, measure_peaks_: bool = True,
+              extra: dict[str, Callable[..., Contender]] | None = None,
+              **kwargs: Any) -> BenchResult:
+    """Run ``cases`` for every backend and peer; see :class:`BenchResult`.
+
+    ``extra`` adds contenders built by callables ``(case, a, b, d) -> Contender`` (tests use
+    it to inject a deliberately wrong one).
+    """
+    do_peaks = kwargs.get("measure_peaks", measure_peaks_)
+    with _thread_scope(threads):
+        env = environment(threads)
+        peaks = measure_peaks([c.datatype for c in cases]) if do_peaks else {}
+        result = BenchResult(suite, env, peaks)
+        for i, case in enumerate(cases):
+            if progress is not None:
+                progress(case.name, i, len(cases))
+            result.cases.append(run_case(case, backends, peers, peaks, repeats, threads, extra))
+        if progress is not None:
+            progress("done", len(cases), len(cases))
+    return result
