@@ -166,7 +166,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for name in args.backend:
         try:
             backends.get(name)
-        except Exception as exc:  # noqa: BLE001 - report and exit non-zero
+        except Exception as exc:
             print(str(exc), file=sys.stderr)
             return 2
     callback, bar = _progress_printer()

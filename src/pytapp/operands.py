@@ -33,6 +33,7 @@ from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = [
+    "Binder",
     "BoundProduct",
     "bind_array",
     "bind_product",
@@ -175,6 +176,10 @@ def bind_array(
     )
 
 
+#: Datatypes that hold any finite Python float: the conversion cannot overflow.
+_WIDE_REAL_OK = frozenset({Datatype.F64, Datatype.C64})
+
+
 def convert_scalar(value: Any, datatype: Datatype, name: str) -> Any:
     """Convert alpha or beta to D's datatype.
 
@@ -184,6 +189,12 @@ def convert_scalar(value: Any, datatype: Datatype, name: str) -> Any:
         Code 21 for a non-number, a complex value with a real D, or a finite value that
         overflows D's datatype.
     """
+    kind = type(value)
+    if (kind is float or kind is int) and datatype in _WIDE_REAL_OK:
+        try:
+            return datatype.numpy_dtype.type(value)
+        except OverflowError:
+            pass
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value[()]
     if isinstance(value, bool) or not isinstance(value, (int, float, complex, np.number)):
@@ -246,6 +257,72 @@ def _bind(data: Any, spec: OperandSpec, *, writable: bool = False) -> np.ndarray
     )
 
 
+class Binder:
+    """Binding for one plan, with the common case precomputed (the hot path of execute).
+
+    An ndarray whose dtype, shape and strides are exactly the descriptor's (and whose labels do
+    not repeat) is its own view, and its footprint is inside its allocation by construction, so
+    it is used as it is; anything else takes the general path of :func:`bind_array`.
+    """
+
+    def __init__(self, spec: ContractionSpec) -> None:
+        self.spec = spec
+        self._fast = {op.role: self._signature(op) for op in spec.operands}
+
+    @staticmethod
+    def _signature(op: OperandSpec) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
+        if len(op.modes.labels) != len(op.labels):
+            return None
+        item = op.datatype.itemsize
+        return op.datatype.numpy_dtype, op.extents, tuple(s * item for s in op.strides)
+
+    def view(self, data: Any, spec: OperandSpec, writable: bool = False) -> np.ndarray:
+        """Bind one operand (fast path first)."""
+        fast = self._fast[spec.role]
+        if fast is not None and type(data) is np.ndarray:
+            dtype, shape, strides = fast
+            if data.shape == shape and data.strides == strides and data.dtype == dtype:
+                if writable and not data.flags.writeable:
+                    raise error_for(
+                        ErrorCode.READ_ONLY,
+                        f"{spec.role} is read-only; pass a writable array as the output",
+                    )
+                return data
+        return _bind(data, spec, writable=writable)
+
+    def bind(self, alpha: Any, a: Any, b: Any, beta: Any, c: Any, d: Any) -> BoundProduct:
+        """Bind and check every operand of one execution; nothing is written here.
+
+        Order: A, B, C, D binding (19, 20, 22), then alpha and beta (21), then C missing (12).
+        Inputs that share memory with D are copied (C with D's exact layout is left in place).
+        """
+        spec = self.spec
+        va, vb = self.view(a, spec.a), self.view(b, spec.b)
+        vc = None if c is None else self.view(c, spec.c)
+        vd = self.view(d, spec.d, writable=True)
+        al = convert_scalar(alpha, spec.d.datatype, "alpha")
+        be = convert_scalar(beta, spec.d.datatype, "beta")
+        if be == 0:
+            vc = None
+        elif vc is None:
+            raise error_for(
+                ErrorCode.C_MISSING,
+                "beta is not zero but C is None; pass C or set beta to 0",
+            )
+        copied = 0
+        if vd.size:
+            if np.may_share_memory(va, vd):
+                va = va.copy()
+                copied += va.nbytes
+            if np.may_share_memory(vb, vd):
+                vb = vb.copy()
+                copied += vb.nbytes
+            if vc is not None and np.may_share_memory(vc, vd) and not same_layout(vc, vd):
+                vc = vc.copy()
+                copied += vc.nbytes
+        return BoundProduct(al, be, va, vb, vc, vd, copied)
+
+
 def same_layout(x: np.ndarray, d: np.ndarray) -> bool:
     """Whether two views address the same elements in the same order with one dtype."""
     return (
@@ -259,32 +336,5 @@ def same_layout(x: np.ndarray, d: np.ndarray) -> bool:
 def bind_product(
     spec: ContractionSpec, alpha: Any, a: Any, b: Any, beta: Any, c: Any, d: Any
 ) -> BoundProduct:
-    """Bind and check every operand of one execution; nothing is written here.
-
-    Order: A, B, C, D binding (19, 20, 22), then alpha and beta (21), then C missing (12).
-    Inputs that share memory with D are copied (C with D's exact layout is left in place).
-    """
-    va, vb = _bind(a, spec.a), _bind(b, spec.b)
-    vc = None if c is None else _bind(c, spec.c)
-    vd = _bind(d, spec.d, writable=True)
-    al = convert_scalar(alpha, spec.d.datatype, "alpha")
-    be = convert_scalar(beta, spec.d.datatype, "beta")
-    if be != 0 and vc is None:
-        raise error_for(
-            ErrorCode.C_MISSING,
-            "beta is not zero but C is None; pass C or set beta to 0",
-        )
-    if be == 0:
-        vc = None
-    copied = 0
-    if vd.size:
-        if np.may_share_memory(va, vd):
-            va = va.copy()
-            copied += va.nbytes
-        if np.may_share_memory(vb, vd):
-            vb = vb.copy()
-            copied += vb.nbytes
-        if vc is not None and not same_layout(vc, vd) and np.may_share_memory(vc, vd):
-            vc = vc.copy()
-            copied += vc.nbytes
-    return BoundProduct(al, be, va, vb, vc, vd, copied)
+    """Bind and check every operand of one execution (see :meth:`Binder.bind`)."""
+    return Binder(spec).bind(alpha, a, b, beta, c, d)

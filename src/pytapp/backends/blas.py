@@ -27,6 +27,7 @@ from pytapp.analysis.layout import order_by_stride
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.base import Capabilities
 from pytapp.backends.reference import ReferencePlan
+from pytapp.backends.threads import parallel_copyto, parallel_map, parallel_multiply
 from pytapp.datatypes import Datatype
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct, same_layout
@@ -35,6 +36,12 @@ from pytapp.status import Status
 __all__ = ["BlasBackend", "BlasPlan"]
 
 Label = Hashable
+#: Largest temporary of one block of a blocked TTGT (within the last-level cache).
+BLOCK_BYTES = 1 << 24
+#: Most blocks a blocked TTGT loops over (Python loop).
+MAX_BLOCKS = 4096
+#: Fewest rows of one block's GEMM.
+MIN_BLOCK_ROWS = 64
 
 #: Real storage types that a rounding type represents exactly (no rounding pass needed).
 _EXACT_IN = {
@@ -127,6 +134,12 @@ class BlasPlan:
         self.direct_ok = (
             d.datatype.numpy_dtype == self.compute and not cls.IC
         )
+        # Operands used as they are (only permuted): the common case, decided once.
+        self.a_plain = self._plain(a, self.a_reduce)
+        self.b_plain = self._plain(b, self.b_reduce)
+        self.a_perm_id = self.a_perm == tuple(range(len(self.a_perm)))
+        self.b_perm_id = self.b_perm == tuple(range(len(self.b_perm)))
+        self.d_perm_id = self.d_perm == tuple(range(len(self.d_perm)))
         detail = f"h={prod(self.h_shape)}, m={self.m}, n={self.n}, k={self.k}"
         name = {"gemm": "batched gemm" if self.h else "gemm"}.get(self.kind, self.kind)
         extras = []
@@ -137,8 +150,48 @@ class BlasPlan:
         if self.swap:
             extras.append("D^T = B^T A^T")
         self.algorithm = f"{name} [{detail}]" + (f" ({'; '.join(extras)})" if extras else "")
+        self._kernel = {"gemm": self._gemm, "elementwise": self._elementwise,
+                        "dot": self._dot}[self.kind]
+        self.block = self._plan_blocks(first, second)
+        if self.block is not None:
+            self.algorithm += (f" (blocked over {self.block[0]} slices when D is not written "
+                               "directly)")
+
+    def _plan_blocks(self, first: list[Label], second: list[Label]) -> tuple[int, int] | None:
+        """(number of blocks, leading modes looped over) for blocked TTGT, or None.
+
+        When the GEMM cannot write D in place, the result goes through a temporary; computing
+        it in row blocks of at most BLOCK_BYTES keeps that temporary in cache, so D is written
+        once from cache instead of the whole temporary going through memory twice.
+        """
+        if self.kind != "gemm" or self.h or self.ic:
+            return None
+        ext = [self.spec.extent(x) for x in first]
+        cols = prod(self.spec.extent(x) for x in second)
+        row_bytes = cols * self.compute.itemsize
+        right_bytes = self.k * cols * self.compute.itemsize
+        # Every block reads the whole right operand: it must stay in cache.
+        if prod(ext) * row_bytes <= BLOCK_BYTES or right_bytes > BLOCK_BYTES:
+            return None
+        for lead in range(1, len(ext) + 1):
+            if prod(ext[lead:]) * row_bytes <= BLOCK_BYTES:
+                if prod(ext[lead:]) < MIN_BLOCK_ROWS:
+                    if lead == 1:
+                        return None  # thin GEMMs cost more than the temporary saves
+                    lead -= 1
+                count = prod(ext[:lead])
+                return (count, lead) if count <= MAX_BLOCKS else None
+        return None
 
     # ----------------------------------------------------------------- operands
+    def _plain(self, op: OperandSpec, reduce: tuple[int, ...]) -> bool:
+        return (
+            not reduce
+            and op.datatype.numpy_dtype == self.compute
+            and not (op.conjugate and op.datatype.is_complex)
+            and self._round_free(op.datatype)
+        )
+
     def _round(self, x: np.ndarray, storage: Datatype) -> np.ndarray:
         """Round to the precision's input type when that loses bits, then widen."""
         rounding = self.rounding
@@ -156,7 +209,8 @@ class BlasPlan:
         return x.astype(r).astype(real)
 
     def _prepare(
-        self, x: np.ndarray, spec: OperandSpec, reduce: tuple[int, ...], perm: tuple[int, ...]
+        self, x: np.ndarray, spec: OperandSpec, reduce: tuple[int, ...], perm: tuple[int, ...],
+        threads: int | None,
     ) -> tuple[np.ndarray, int]:
         """Operand in target order and compute dtype with op applied; (array, bytes copied)."""
         copied = 0
@@ -169,106 +223,150 @@ class BlasPlan:
         if conj or x.dtype != self.compute:
             out = np.empty(x.shape, dtype=self.compute)
             if conj:
-                np.conjugate(x, out=out)
+                parallel_map(out, (x,), threads, None, lambda o, i: np.conjugate(i, out=o))
             else:
-                np.copyto(out, x, casting="unsafe")
+                parallel_copyto(out, x, threads)
             copied += out.nbytes
             x = out
         return x, copied
 
-    def _matrix(self, x: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    def _matrix(
+        self, x: np.ndarray, shape: tuple[int, ...], threads: int | None
+    ) -> tuple[np.ndarray, int]:
         view = _reshape_view(x, shape)
         if view is not None and _blasable(view):
             return view, 0
-        out = np.ascontiguousarray(x).reshape(shape)
-        return out, out.nbytes
+        out = np.empty(x.shape, dtype=x.dtype)
+        parallel_copyto(out, x, threads)
+        return out.reshape(shape), out.nbytes
 
     # ----------------------------------------------------------------- kernels
     def _direct_out(self, bound: BoundProduct, shape: tuple[int, ...]) -> np.ndarray | None:
         """D's memory viewed as the kernel's output, when it can be written directly."""
         if not self.direct_ok or bound.c is not None:
             return None
-        view = _reshape_view(bound.d.transpose(self.d_perm), shape)
+        d = bound.d if self.d_perm_id else bound.d.transpose(self.d_perm)
+        view = _reshape_view(d, shape)
         if view is None or (self.kind == "gemm" and not (
             view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] == 1
         )):
             return None
         return view
 
-    def _gemm(self, a: np.ndarray, b: np.ndarray, bound: BoundProduct) -> tuple[Any, bool, int]:
+    def _gemm(
+        self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
+    ) -> tuple[Any, str, int]:
         h, m, n, k = self.h_shape, self.m, self.n, self.k
-        a3, ca = self._matrix(a, (*h, m, k))
-        b3, cb = self._matrix(b, (*h, k, n))
+        a3, ca = self._matrix(a, (*h, m, k), threads)
+        b3, cb = self._matrix(b, (*h, k, n), threads)
         if self.swap:
             left, right, shape = np.swapaxes(b3, -1, -2), np.swapaxes(a3, -1, -2), (*h, n, m)
         else:
             left, right, shape = a3, b3, (*h, m, n)
         out = self._direct_out(bound, shape)
+        if out is None and self.block is not None:
+            self._gemm_blocked(left, right, bound, threads)
+            return None, "done", ca + cb
         result = np.matmul(left, right, out=out)
-        return result, out is not None, ca + cb
+        return result, "direct" if out is not None else "temp", ca + cb
 
-    def _elementwise(self, a: np.ndarray, b: np.ndarray, bound: BoundProduct) -> tuple[
-        Any, bool, int
-    ]:
+    def _gemm_blocked(
+        self, left: np.ndarray, right: np.ndarray, bound: BoundProduct, threads: int | None
+    ) -> None:
+        """Row blocks of the GEMM, each finished into its slice of D while in cache."""
+        assert self.block is not None
+        count, lead = self.block
+        d_t = bound.d.transpose(self.d_perm)
+        c_t = None if bound.c is None else bound.c.transpose(self.d_perm)
+        loop_shape = d_t.shape[:lead]
+        rows = left.shape[0] // count
+        block_shape = d_t.shape[lead:]
+        for j in range(count):
+            idx = np.unravel_index(j, loop_shape)
+            t = np.matmul(left[j * rows:(j + 1) * rows], right).reshape(block_shape)
+            self._store(t, d_t[idx], None if c_t is None else c_t[idx], bound, threads)
+
+    def _elementwise(
+        self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
+    ) -> tuple[Any, str, int]:
         h, nfa, nfb = self.h_shape, len(self.fa), len(self.fb)
         ext = self.spec.extent
         a_b = a.reshape((*h, *(ext(x) for x in self.fa), *(1,) * nfb))
         b_b = b.reshape((*h, *(1,) * nfa, *(ext(x) for x in self.fb)))
         out = self._direct_out(bound, self.result_shape)
-        result = np.multiply(a_b, b_b, out=out)
-        return result, out is not None, 0
+        direct = out is not None
+        if out is None:
+            out = np.empty(self.result_shape, dtype=self.compute)
+        parallel_multiply(a_b, b_b, out, threads)
+        return out, "direct" if direct else "temp", 0
 
-    def _dot(self, a: np.ndarray, b: np.ndarray, bound: BoundProduct) -> tuple[Any, bool, int]:
+    def _dot(
+        self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
+    ) -> tuple[Any, str, int]:
         h, k = self.h_shape, self.k
         if not h:
-            return np.dot(a.reshape(-1), b.reshape(-1)), False, 0
+            return np.dot(a.reshape(-1), b.reshape(-1)), "temp", 0
         a2, b2 = a.reshape((*h, k)), b.reshape((*h, k))
         out = self._direct_out(bound, h)
         if np.issubdtype(self.compute, np.complexfloating):
             result = np.einsum("...k,...k->...", a2, b2, out=out)
         else:
             result = np.vecdot(a2, b2, out=out)
-        return result, out is not None, 0
+        return result, "direct" if out is not None else "temp", 0
 
     # ----------------------------------------------------------------- epilogue
-    def _finish(self, result: Any, direct: bool, bound: BoundProduct) -> None:
-        """D = op_D(alpha * result + beta * op_C(C)), broadcast along labels only in D.
+    def _finish(self, result: Any, mode: str, bound: BoundProduct, threads: int | None) -> None:
+        """D = op_D(alpha * result + beta * op_C(C)) for the kernel's ``mode``.
 
-        ``result`` is either D itself (``direct``) or a temporary this plan owns.
+        ``direct``: the kernel wrote into D; ``temp``: ``result`` is a temporary this plan owns;
+        ``done``: the kernel finished D itself (blocked TTGT).
         """
-        spec = self.spec
-        alpha = np.asarray(bound.alpha).astype(self.compute)[()]
-        conj_d = spec.d.conjugate and spec.d.datatype.is_complex
-        if direct:
+        if mode == "done":
+            return
+        if mode == "direct":
+            alpha = bound.alpha
             if alpha != 1:
-                np.multiply(result, alpha, out=result)
-            if conj_d:
+                np.multiply(result, np.asarray(alpha).astype(self.compute)[()], out=result)
+            if self.spec.d.conjugate and self.spec.d.datatype.is_complex:
                 np.conjugate(result, out=result)
             return
-        r = np.asarray(result).reshape(self.result_shape + (1,) * self.ic)
-        if alpha != 1:
-            r = np.multiply(r, alpha, out=r) if r.flags.writeable and r.base is None else r * alpha
-        d_t = bound.d.transpose(self.d_perm)
-        if bound.c is not None and self.direct_ok and not conj_d and not (
+        d_t = bound.d if self.d_perm_id else bound.d.transpose(self.d_perm)
+        c_t = None if bound.c is None else bound.c.transpose(self.d_perm)
+        self._store(np.asarray(result), d_t, c_t, bound, threads)
+
+    def _store(self, r: np.ndarray, d_t: np.ndarray, c_t: np.ndarray | None,
+               bound: BoundProduct, threads: int | None) -> None:
+        """Write op_D(alpha r + beta op_C(C)) into ``d_t`` (views in the plan's D order).
+
+        ``r`` lacks the broadcast (D-only) axes, which come last in ``d_t``; it is a temporary
+        and may be overwritten.
+        """
+        spec = self.spec
+        r = r.reshape(d_t.shape[:d_t.ndim - self.ic] + (1,) * self.ic)
+        if bound.alpha != 1:
+            alpha = np.asarray(bound.alpha).astype(self.compute)[()]
+            r = np.multiply(r, alpha, out=r) if r.base is None else r * alpha
+        conj_d = spec.d.conjugate and spec.d.datatype.is_complex
+        if c_t is not None and self.direct_ok and not conj_d and not (
             spec.c.conjugate and spec.c.datatype.is_complex
-        ) and same_layout(bound.c, bound.d) and self._round_free(spec.c.datatype):
+        ) and same_layout(c_t, d_t) and self._round_free(spec.c.datatype):
             # In-place accumulation on D's own memory: D = beta * D + alpha * result.
             beta = np.asarray(bound.beta).astype(self.compute)[()]
             if beta != 1:
                 np.multiply(d_t, beta, out=d_t)
             np.add(d_t, r, out=d_t)
             return
-        if bound.c is not None:
-            c_t, _ = self._prepare(bound.c, spec.c, (), self.d_perm)
+        if c_t is not None:
+            c_val, _ = self._prepare(c_t, spec.c, (), tuple(range(c_t.ndim)), threads)
             beta = np.asarray(bound.beta).astype(self.compute)[()]
-            total = np.multiply(c_t, beta, dtype=self.compute)
+            total = np.multiply(c_val, beta, dtype=self.compute)
             total += r
             r = total
         if conj_d:
             r = np.conjugate(r)
         if np.iscomplexobj(r) and not spec.d.datatype.is_complex:
             r = r.real
-        np.copyto(d_t, np.broadcast_to(r, d_t.shape), casting="unsafe")
+        parallel_copyto(d_t, r, threads)
 
     def _round_free(self, storage: Datatype) -> bool:
         return self.rounding is None or storage.real in _EXACT_IN[self.rounding]
@@ -280,17 +378,26 @@ class BlasPlan:
             status.backend, status.algorithm = "blas", self.algorithm
             return status
         spec = self.spec
+        threads = None if executor is None else executor.threads
         if bound.d.size == 0:
             return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)
-        a, ca = self._prepare(bound.a, spec.a, self.a_reduce, self.a_perm)
-        b, cb = self._prepare(bound.b, spec.b, self.b_reduce, self.b_perm)
-        kernel = {"gemm": self._gemm, "elementwise": self._elementwise, "dot": self._dot}
-        result, direct, cm = kernel[self.kind](a, b, bound)
-        self._finish(result, direct, bound)
+        if self.a_plain:
+            a, ca = (bound.a if self.a_perm_id else bound.a.transpose(self.a_perm)), 0
+        else:
+            a, ca = self._prepare(bound.a, spec.a, self.a_reduce, self.a_perm, threads)
+        if self.b_plain:
+            b, cb = (bound.b if self.b_perm_id else bound.b.transpose(self.b_perm)), 0
+        else:
+            b, cb = self._prepare(bound.b, spec.b, self.b_reduce, self.b_perm, threads)
+        result, mode, cm = self._kernel(a, b, bound, threads)
+        self._finish(result, mode, bound, threads)
         copied = ca + cb + cm
+        temp = int(np.asarray(result).nbytes) if mode == "temp" else 0
+        if mode == "done":
+            temp = BLOCK_BYTES
         return Status(
             backend="blas", algorithm=self.algorithm, flops=spec.flops, bytes_copied=copied,
-            bytes_allocated=copied + (0 if direct else int(np.asarray(result).nbytes)),
+            bytes_allocated=copied + temp,
         )
 
 

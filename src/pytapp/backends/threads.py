@@ -1,0 +1,108 @@
+"""Multi-threaded NumPy copies and elementwise products for the backends.
+
+NumPy's copies, casts and ufuncs release the GIL, but each call runs on one core. Large
+transpositions, datatype conversions and Hadamard/outer products are memory-bound and gain
+from splitting them into slabs run on a small thread pool (created on first use, never on
+import).
+
+Examples
+--------
+>>> import numpy as np
+>>> src = np.arange(24.0).reshape(2, 3, 4).transpose(2, 0, 1)
+>>> dst = np.empty(src.shape)
+>>> parallel_copyto(dst, src, threads=2, min_bytes=0)
+>>> bool(np.array_equal(dst, src))
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+__all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_multiply"]
+
+#: Below this many bytes of output an operation runs on the calling thread.
+MIN_BYTES = 1 << 22
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_lock = threading.Lock()
+
+
+def default_threads() -> int:
+    """Cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _lock:
+        if _pool is None or _pool_size < threads:
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pytapp")
+            _pool_size = threads
+        return _pool
+
+
+def _split_axis(shape: tuple[int, ...]) -> int:
+    return max(range(len(shape)), key=lambda i: (shape[i], -i))
+
+
+def _slabs(extent: int, parts: int) -> list[slice]:
+    bounds = [extent * i // parts for i in range(parts + 1)]
+    return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+
+
+def parallel_map(out: np.ndarray, inputs: tuple[np.ndarray, ...], threads: int | None,
+                 min_bytes: int | None, work: Callable[..., Any]) -> None:
+    """Run ``work(out_slab, *input_slabs)`` on slabs of ``out`` in parallel.
+
+    Small outputs (under ``min_bytes``, default :data:`MIN_BYTES`) run on the calling thread.
+    """
+    n = threads or default_threads()
+    limit = MIN_BYTES if min_bytes is None else min_bytes
+    if n <= 1 or out.nbytes < limit or out.ndim == 0:
+        work(out, *inputs)
+        return
+    axis = _split_axis(out.shape)
+    if out.shape[axis] < 2:
+        work(out, *inputs)
+        return
+
+    def cut(x: np.ndarray, s: slice) -> np.ndarray:
+        # Inputs broadcast against out: only axes of the same extent are cut.
+        k = axis - (out.ndim - x.ndim)
+        if k < 0 or x.shape[k] == 1:
+            return x
+        index = [slice(None)] * x.ndim
+        index[k] = s
+        return x[tuple(index)]
+
+    tasks = []
+    for s in _slabs(out.shape[axis], n):
+        index = [slice(None)] * out.ndim
+        index[axis] = s
+        tasks.append((out[tuple(index)], *(cut(x, s) for x in inputs)))
+    list(_executor(n).map(lambda t: work(*t), tasks))
+
+
+def parallel_copyto(dst: np.ndarray, src: np.ndarray, threads: int | None = None,
+                    min_bytes: int | None = None) -> None:
+    """``np.copyto(dst, src, casting='unsafe')`` split across threads (src may broadcast)."""
+    parallel_map(dst, (src,), threads, min_bytes,
+         lambda o, s: np.copyto(o, s, casting="unsafe"))
+
+
+def parallel_multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray,
+                      threads: int | None = None, min_bytes: int | None = None) -> None:
+    """``np.multiply(a, b, out=out)`` split across threads (a and b broadcast to out)."""
+    parallel_map(out, (a, b), threads, min_bytes, lambda o, x, y: np.multiply(x, y, out=o))
