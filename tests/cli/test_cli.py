@@ -46,3 +46,11 @@ def test_examples_run() -> None:
     for script in sorted((ROOT / "examples").glob("*.py")):
         out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
+
+
+def test_demo_runs_examples_and_quick_bench() -> None:
+    out = subprocess.run([sys.executable, "-m", "pytapp", "demo"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "both agree with numpy.einsum" in out.stdout
+    assert "geometric" in out.stdout

@@ -1,0 +1,111 @@
+"""Benchmark harness, JSON schema, correctness verdicts and reports (tiny sizes, no timings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytapp.bench import report
+from pytapp.bench.cases import DOMAINS, BenchCase, generate, load_public, small_family, suite
+from pytapp.bench.harness import run_bench, time_call
+from pytapp.bench.peers import Contender
+from pytapp.cli import main
+
+TINY = [c for c in small_family()][:3]
+
+
+def test_public_cases_match_shared_file() -> None:
+    cases = load_public()
+    assert len(cases) >= 20 and all(c.flops > 0 for c in cases)
+    names = {c.name for c in cases}
+    assert {"ccsd_ring_akic", "attn_scores_bf16", "inner_full"} <= names
+
+
+def test_generators_are_seeded_and_scalable() -> None:
+    for domain in DOMAINS:
+        one, two = generate(domain, seed=3), generate(domain, seed=3)
+        assert one == two and one.extents == two.extents
+        half = generate(domain, seed=3, size=0.5)
+        assert sum(half.extents.values()) < sum(one.extents.values())
+    with pytest.raises(ValueError):
+        generate("astrology", seed=0)
+    assert {c.name for c in suite("small")} == {c.name for c in small_family()}
+    with pytest.raises(ValueError):
+        suite("huge")
+
+
+def test_arrays_are_random_not_zero() -> None:
+    a, b, d = TINY[0].arrays(seed=1)
+    assert np.count_nonzero(a) == a.size and np.count_nonzero(b) == b.size
+    assert d.shape == TINY[0].shape(TINY[0].labels[2])
+
+
+def test_time_call_counts() -> None:
+    calls = []
+    times = time_call(lambda: calls.append(1), warmup=2, repeats=3)
+    assert len(times) == 3 and len(calls) == 5 and all(t >= 0 for t in times)
+
+
+def _wrong(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
+    def call() -> np.ndarray:
+        return np.einsum(case.einsum, a, b) * 1.01
+
+    return Contender("wrong", call, np.asarray, "backend")
+
+
+def test_harness_flags_wrong_results_and_fills_every_field() -> None:
+    result = run_bench(TINY, backends=["blas", "reference"], peers=["numpy"], repeats=2,
+                       measure_peaks=False, extra={"wrong": _wrong})
+    for c in result.cases:
+        assert c.measurements["wrong"].verdict.startswith("wrong")
+        for name in ("blas", "reference", "numpy"):
+            m = c.measurements[name]
+            assert m.verdict == "ok", m.verdict
+            assert m.median_s > 0 and m.min_s > 0 and m.gflops > 0 and m.repeats == 2
+            assert m.ratio_to_best_peer > 0
+        assert c.measurements["blas"].algorithm
+    data = report.to_json(result)
+    assert set(data) >= {"suite", "environment", "peaks", "cases",
+                         "geomean_ratio_to_best_peer"}
+    fields = {"median_s", "min_s", "gflops", "ratio_to_best_peer", "roofline_pct", "verdict",
+              "peak_extra_bytes", "algorithm"}
+    for case in data["cases"]:
+        for res in case["results"].values():
+            assert fields <= set(res)
+    env = data["environment"]
+    assert {"cpu", "cores", "threadpools", "versions"} <= set(env)
+    json.dumps(data)  # serialisable
+    assert "geometric mean" in report.table_text(result)
+
+
+def test_unavailable_peer_is_reported_not_skipped() -> None:
+    bf16 = next(c for c in load_public() if c.dtype == "bf16").scaled(0.05)
+    result = run_bench([bf16], backends=["blas"], peers=["tblis"], repeats=1,
+                       measure_peaks=False)
+    verdict = result.cases[0].measurements["tblis"].verdict
+    assert verdict.startswith("n/a") and "bf16" in verdict
+
+
+def test_reports_written(tmp_path: Path) -> None:
+    result = run_bench(TINY[:1], peers=["numpy"], repeats=1, measure_peaks=True)
+    assert result.peaks["copy_gbytes_per_s"] > 0 and result.peaks["gemm_gflops"]
+    report.write_json(result, tmp_path / "r.json")
+    report.write_markdown(result, tmp_path / "r.md", "r.png")
+    report.write_plot(result, tmp_path / "r.png")
+    assert json.loads((tmp_path / "r.json").read_text())["cases"]
+    assert "| case |" in (tmp_path / "r.md").read_text()
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_bench_exit_codes(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    assert main(["bench", "--suite", "small", "--case", "small_0", "--repeats", "1",
+                 "--peers", "numpy", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["cases"][0]["name"] == "small_0"
+    assert main(["bench", "--suite", "nope"]) == 2
+    assert main(["bench", "--suite", "small", "--case", "no-such-case"]) == 2
+    assert main(["bench", "--suite", "small", "--peers", "fortran"]) == 2
+    assert main(["bench", "--suite", "small", "--backend", "nope"]) == 2
