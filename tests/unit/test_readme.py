@@ -1,0 +1,23 @@
+"""The README's Python examples run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_has_examples() -> None:
+    assert len(BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_example_runs(index: int) -> None:
+    out = subprocess.run([sys.executable, "-c", BLOCKS[index]], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
