@@ -1,16 +1,43 @@
-"""Shared fixtures: the backends under test and small helpers."""
+"""Shared fixtures: the backends under test (the C test library compiled once) and helpers."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pytapp
 
+HERE = Path(__file__).resolve().parent
 
-def backends_under_test() -> list[str]:
-    """Every registered backend that is available on this machine."""
+
+def _build_test_library() -> str | None:
+    """Compile tests/clib/tapp_brute.c with the system C compiler; None without one."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    out = Path(tempfile.mkdtemp(prefix="pytapp-clib-")) / "libtapp_brute.so"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(out),
+                    str(HERE / "clib" / "tapp_brute.c"), "-lm"], check=True)
+    return str(out)
+
+
+TEST_LIBRARY = _build_test_library()
+
+
+def python_backends() -> list[str]:
+    """Every registered backend available on this machine (clib needs a library)."""
     return [name for name, (ok, _) in pytapp.available_backends().items() if ok]
+
+
+def all_backends() -> list[str]:
+    """The Python backends plus the C test library through the clib bridge."""
+    extra = [f"clib:{TEST_LIBRARY}"] if TEST_LIBRARY else []
+    return python_backends() + extra
 
 
 @pytest.fixture
@@ -18,6 +45,25 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
-@pytest.fixture(params=backends_under_test())
+@pytest.fixture(params=python_backends())
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(params=all_backends(), ids=lambda b: b.split(":")[0])
+def any_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def test_library() -> str:
+    """Path of the compiled C test library (tests needing it are skipped without a compiler)."""
+    if TEST_LIBRARY is None:
+        pytest.skip("no C compiler to build the test library")
+    return TEST_LIBRARY
+
+
+@pytest.fixture(scope="session")
+def every_backend() -> list[str]:
+    """Names of every backend under test, the C test library included."""
+    return all_backends()

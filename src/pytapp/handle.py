@@ -33,8 +33,12 @@ class Handle(AttributeStore):
     Parameters
     ----------
     backend
-        Backend name (``'reference'``, ``'blas'``, ...); ``None`` reads ``PYTAPP_BACKEND``
-        and falls back to the default backend.
+        Backend name (``'reference'``, ``'blas'``, ``'tblis'``, ``'torch'``, ``'clib'``,
+        ``'auto'``); ``None`` reads ``PYTAPP_BACKEND`` and falls back to the default backend.
+        ``'clib:PATH'`` is short for ``backend='clib', library=PATH``.
+    library
+        Path of a shared library exporting the TAPP C API (backend ``'clib'``; default
+        ``PYTAPP_LIBRARY``).
     allow_broadcast
         Default of the ALLOW_BROADCAST attribute for products created through this handle.
 
@@ -47,10 +51,26 @@ class Handle(AttributeStore):
     _attr_keys = frozenset({Attr.BACKEND, Attr.ALLOW_BROADCAST, Attr.MEMORY_LIMIT, Attr.LIBRARY})
     _attr_readonly = frozenset({Attr.BACKEND, Attr.LIBRARY})
 
-    def __init__(self, backend: str | None = None, *, allow_broadcast: bool = False) -> None:
+    def __init__(
+        self,
+        backend: str | None = None,
+        *,
+        library: str | None = None,
+        allow_broadcast: bool = False,
+    ) -> None:
         super().__init__()
         name = backend if backend is not None else default_backend_name()
-        self._backend: Backend = backends.get(name)
+        if name.startswith("clib:"):
+            name, library = "clib", name[len("clib:"):]
+        if library is not None and name != "clib":
+            raise error_for(
+                ErrorCode.UNSUPPORTED,
+                f"library= is for backend 'clib', not {name!r}; use Handle('clib', "
+                f"library={library!r})",
+            )
+        self._backend: Backend = backends.get(name, library=library)
+        if library is not None:
+            self._set_attr_internal(Attr.LIBRARY, library)
         self._destroyed = False
         self._set_attr_internal(Attr.BACKEND, self._backend.name)
         self.set_attr(Attr.ALLOW_BROADCAST, bool(allow_broadcast))

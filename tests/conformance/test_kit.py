@@ -16,8 +16,8 @@ SEEDS = 6
 
 
 @pytest.mark.parametrize("number", sorted(CASES))
-def test_case(backend: str, number: int) -> None:
-    outcomes = run_case(number, backend, range(SEEDS))
+def test_case(any_backend: str, number: int) -> None:
+    outcomes = run_case(number, any_backend, range(SEEDS))
     failures = [f"seed {o.seed}: {o.message} | {o.description}" for o in outcomes
                 if o.verdict == "fail"]
     assert not failures, "\n".join(failures)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import pytapp
+from pytapp import backends
 from pytapp.contract import plan_cache_info
 
 
@@ -38,6 +39,12 @@ def test_contract_alpha_beta_out_in_place(backend: str, rng: np.random.Generator
 def test_contract_mixed_and_low_precision(backend: str, rng: np.random.Generator) -> None:
     a = rng.standard_normal((8, 6)).astype(np.float16)
     b = rng.standard_normal((6, 7)).astype(np.float32)
+    caps = backends.get(backend).capabilities
+    if caps.check_datatypes((pytapp.Datatype.F16, pytapp.Datatype.F32)) is not None:
+        # A declared limitation must be reported as code 18, never computed wrongly.
+        with pytest.raises(pytapp.UnsupportedError):
+            pytapp.contract("ik,kj->ij", a, b, backend=backend)
+        return
     got = pytapp.contract("ik,kj->ij", a, b, backend=backend)
     assert got.dtype == np.float32
     want = a.astype(np.float64) @ b.astype(np.float64)

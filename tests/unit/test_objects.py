@@ -132,4 +132,6 @@ def test_repr_and_status(backend: str) -> None:
     assert "ik,kj->ij" in repr(plan) and plan.backend_name == backend
     x = np.ones((8, 8), dtype=np.float32)
     st = plan.execute(1, x, x, 0, None, np.zeros((8, 8), dtype=np.float32))
-    assert st.flops == 2 * 8 * 8 * 8 and st.seconds > 0 and st.backend == backend
+    assert st.flops == 2 * 8 * 8 * 8 and st.seconds > 0
+    # Status says what ran: auto names the backend it chose.
+    assert st.backend == backend or (backend == "auto" and st.algorithm.startswith("auto -> "))

@@ -28,11 +28,15 @@ __all__ = [
 ]
 
 #: Backend used when neither the handle nor ``PYTAPP_BACKEND`` names one.
-DEFAULT_BACKEND = "blas"
+DEFAULT_BACKEND = "auto"
 
 _FACTORIES: dict[str, str] = {
     "reference": "pytapp.backends.reference:ReferenceBackend",
     "blas": "pytapp.backends.blas:BlasBackend",
+    "tblis": "pytapp.backends.tblis:TblisBackend",
+    "torch": "pytapp.backends.torch:TorchBackend",
+    "clib": "pytapp.backends.clib:ClibBackend",
+    "auto": "pytapp.backends.auto:AutoBackend",
 }
 _INSTANCES: dict[str, Backend] = {}
 
@@ -48,8 +52,8 @@ def names() -> list[str]:
     return list(_FACTORIES)
 
 
-def get(name: str) -> Backend:
-    """Return the backend called ``name``.
+def get(name: str, *, library: str | None = None) -> Backend:
+    """Return the backend called ``name`` (``library``: the C library of backend ``clib``).
 
     Raises
     ------
@@ -62,6 +66,14 @@ def get(name: str) -> Backend:
             ErrorCode.UNSUPPORTED,
             f"unknown backend {name!r}; choose one of {', '.join(names())}",
         )
+    if library is not None:  # one backend object per C library
+        from pytapp.backends.clib import ClibBackend
+
+        backend: Backend = ClibBackend(library)
+        ok, why = backend.available()
+        if not ok:
+            raise error_for(ErrorCode.UNSUPPORTED, f"backend 'clib' is not available: {why}")
+        return backend
     if name not in _INSTANCES:
         module_name, _, attr = _FACTORIES[name].partition(":")
         try:
@@ -73,11 +85,11 @@ def get(name: str) -> Backend:
                 f"pip install 'pytapp[{name}]'",
             ) from exc
         _INSTANCES[name] = cast(Backend, getattr(module, attr)())
-    backend = _INSTANCES[name]
-    ok, why = backend.available()
+    cached = _INSTANCES[name]
+    ok, why = cached.available()
     if not ok:
         raise error_for(ErrorCode.UNSUPPORTED, f"backend {name!r} is not available: {why}")
-    return backend
+    return cached
 
 
 def available() -> dict[str, tuple[bool, str]]:

@@ -1,0 +1,114 @@
+"""The ``tblis`` backend: products run by TBLIS through ``pytblis`` (extra ``tblis``).
+
+TBLIS contracts strided tensors without explicit transposition and applies alpha, beta (with
+the output as C) and conjugation of A and B natively. What it cannot do is declared as
+capabilities, so a plan outside them raises error 18 (or 16) with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from pytapp.analysis.spec import ContractionSpec
+from pytapp.backends.base import Capabilities
+from pytapp.backends.labels import einsum_words
+from pytapp.datatypes import Datatype
+from pytapp.errors import ErrorCode, error_for
+from pytapp.executor import Executor
+from pytapp.operands import BoundProduct, same_layout
+from pytapp.precision import Prectype
+from pytapp.status import Status
+
+__all__ = ["TblisBackend", "TblisPlan"]
+
+
+class TblisPlan:
+    """One ``pytblis.contract`` call per execution, plus C and op_D handling around it."""
+
+    def __init__(self, spec: ContractionSpec, module: Any) -> None:
+        self.spec = spec
+        self._tblis = module
+        a, b, d = einsum_words(spec, "tblis")
+        self.expr = f"{a},{b}->{d}"
+        self.conja = spec.a.conjugate and spec.a.datatype.is_complex
+        self.conjb = spec.b.conjugate and spec.b.datatype.is_complex
+        self.conjc = spec.c.conjugate and spec.c.datatype.is_complex
+        self.conjd = spec.d.conjugate and spec.d.datatype.is_complex
+        self.algorithm = f"tblis contract {self.expr!r}"
+
+    def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
+        """Compute D in place of ``bound.d``."""
+        d = bound.d
+        status = Status(backend="tblis", algorithm=self.algorithm, flops=self.spec.flops)
+        if d.size == 0:
+            return status
+        if executor is not None and executor.threads:
+            self._tblis.set_num_threads(executor.threads)
+        # TBLIS gives wrong results with both conjugation flags and beta != 0; use
+        # conj(A) conj(B) = conj(A B) instead: D' = conj(conj(alpha) A B + conj(beta) conj(C')).
+        both = self.conja and self.conjb
+        beta: Any = 0.0
+        if bound.c is not None:
+            beta = bound.beta
+            if not same_layout(bound.c, d):
+                np.copyto(d, bound.c)
+                status.bytes_copied += d.nbytes
+            if self.conjc != both:
+                np.conjugate(d, out=d)
+        alpha: Any = bound.alpha
+        if np.iscomplexobj(d):
+            alpha, beta = complex(alpha), complex(beta)
+            if both:
+                alpha, beta = alpha.conjugate(), beta.conjugate()
+        else:
+            alpha, beta = float(alpha), float(beta)
+        self._tblis.contract(self.expr, bound.a, bound.b, alpha=alpha, beta=beta, out=d,
+                             conja=self.conja and not both, conjb=self.conjb and not both,
+                             allow_partial_trace=True)
+        if self.conjd != both:
+            np.conjugate(d, out=d)
+        return status
+
+
+class TblisBackend:
+    """TBLIS via pytblis: F32/F64/C32/C64, one datatype per product, no broadcast."""
+
+    name = "tblis"
+    capabilities = Capabilities(
+        datatypes=frozenset({Datatype.F32, Datatype.F64, Datatype.C32, Datatype.C64}),
+        prectypes=frozenset({Prectype.DEFAULT, Prectype.F32F32_ACCUM_F32,
+                             Prectype.F64F64_ACCUM_F64}),
+        mixed_datatypes=False,
+        broadcast=False,
+        notes="TBLIS kernels; one datatype per product; no F16/BF16; no broadcast labels",
+    )
+
+    def __init__(self) -> None:
+        self._module: Any = None
+        found = importlib.util.find_spec("pytblis") is not None
+        self._why = "" if found else "pytblis is not installed; pip install 'pytapp[tblis]'"
+
+    def _load(self) -> Any:
+        if self._module is None:
+            self._module = importlib.import_module("pytblis")
+        return self._module
+
+    def available(self) -> tuple[bool, str]:
+        """Whether pytblis is installed (imported on first plan)."""
+        return not self._why, self._why
+
+    def plan(self, spec: ContractionSpec, executor: Executor | None) -> TblisPlan:
+        """Check capabilities and precision, then build the einsum string."""
+        self.capabilities.require(spec, self.name)
+        rule = spec.rule
+        if rule.input_round is not None and rule.input_round is not spec.a.datatype.real:
+            raise error_for(
+                ErrorCode.UNKNOWN_PRECISION,
+                f"backend 'tblis' computes in the storage type; precision {spec.prec.name} "
+                f"differs from {spec.a.datatype.name}; use DEFAULT or another backend",
+            )
+        return TblisPlan(spec, self._load())

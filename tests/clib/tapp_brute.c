@@ -1,0 +1,223 @@
+/*
+ * A small TAPP C library used to test pytapp's clib bridge: the TAPP C API (int error codes,
+ * intptr_t handles) implemented by brute force for F64 and C64 (complex double) data.
+ * Other datatypes and precisions return code 18 ("not supported"), with a text.
+ *
+ * Behaviour switches for fault-injection tests (environment, read at each call):
+ *   TAPP_BRUTE_FAULT=unknown_code   execute returns 4242, which has no text
+ *   TAPP_BRUTE_FAULT=no_text        execute returns 77 and explain_error writes nothing
+ *   TAPP_BRUTE_FAULT=crash          execute dereferences NULL
+ */
+#include <complex.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int TAPP_error;
+typedef intptr_t TAPP_handle, TAPP_executor, TAPP_status, TAPP_tensor_info,
+    TAPP_tensor_product;
+typedef int TAPP_datatype, TAPP_prectype, TAPP_element_op;
+
+enum { F64 = 1, C64 = 3, DEFAULT_PREC = -1, F64_PREC = 1 };
+
+typedef struct {
+    TAPP_datatype type;
+    int nmode;
+    int64_t *extents, *strides;
+} info_t;
+
+typedef struct {
+    int nmode[4];
+    int64_t *extents[4], *strides[4], *idx[4];
+    int op[4];
+    int is_complex;
+} product_t;
+
+static const char *fault(void) {
+    const char *f = getenv("TAPP_BRUTE_FAULT");
+    return f ? f : "";
+}
+
+size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
+    const char *text;
+    switch (error) {
+    case 0: text = "Success."; break;
+    case 4: text = "Tensor D has indices not shared with tensor A or B."; break;
+    case 13: text = "Nmode can not be negative."; break;
+    case 14: text = "Extents can not be negative."; break;
+    case 18: text = "Only F64 and C64 data with default or F64 precision are supported."; break;
+    case 4242: text = ""; break;
+    case 77: text = ""; break;
+    default: text = "Unknown error."; break;
+    }
+    if (error == 77 && strcmp(fault(), "no_text") == 0) text = "";
+    size_t n = strlen(text);
+    if (maxlen == 0) return n;
+    if (n > maxlen - 1) n = maxlen - 1;
+    memcpy(message, text, n);
+    message[n] = '\0';
+    return n;
+}
+
+TAPP_error TAPP_create_handle(uint64_t lib_id, TAPP_handle *handle) {
+    (void)lib_id;
+    *handle = (TAPP_handle)1;
+    return 0;
+}
+TAPP_error TAPP_destroy_handle(TAPP_handle handle) { (void)handle; return 0; }
+TAPP_error TAPP_create_executor(TAPP_executor *exec) { *exec = (TAPP_executor)1; return 0; }
+TAPP_error TAPP_destroy_executor(TAPP_executor exec) { (void)exec; return 0; }
+TAPP_error TAPP_destroy_status(TAPP_status status) { (void)status; return 0; }
+
+static int64_t *copy64(const int64_t *src, int n) {
+    int64_t *dst = malloc(sizeof(int64_t) * (n > 0 ? n : 1));
+    if (n > 0) memcpy(dst, src, sizeof(int64_t) * n);
+    return dst;
+}
+
+TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_datatype type, int nmode,
+                                   const int64_t *extents, const int64_t *strides) {
+    if (nmode < 0) return 13;
+    for (int i = 0; i < nmode; i++)
+        if (extents[i] < 0) return 14;
+    info_t *t = malloc(sizeof(info_t));
+    t->type = type;
+    t->nmode = nmode;
+    t->extents = copy64(extents, nmode);
+    t->strides = copy64(strides, nmode);
+    *info = (TAPP_tensor_info)t;
+    return 0;
+}
+
+TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info) {
+    info_t *t = (info_t *)info;
+    free(t->extents);
+    free(t->strides);
+    free(t);
+    return 0;
+}
+
+TAPP_error TAPP_create_tensor_product(TAPP_tensor_product *plan, TAPP_handle handle,
+                                      TAPP_element_op op_A, TAPP_tensor_info A,
+                                      const int64_t *idx_A, TAPP_element_op op_B,
+                                      TAPP_tensor_info B, const int64_t *idx_B,
+                                      TAPP_element_op op_C, TAPP_tensor_info C,
+                                      const int64_t *idx_C, TAPP_element_op op_D,
+                                      TAPP_tensor_info D, const int64_t *idx_D,
+                                      TAPP_prectype prec) {
+    (void)handle;
+    info_t *in[4] = {(info_t *)A, (info_t *)B, (info_t *)C, (info_t *)D};
+    const int64_t *idx[4] = {idx_A, idx_B, idx_C, idx_D};
+    int ops[4] = {op_A, op_B, op_C, op_D};
+    int type = in[3]->type;
+    if (type != F64 && type != C64) return 18;
+    for (int k = 0; k < 4; k++)
+        if (in[k]->type != type) return 18;
+    if (prec != DEFAULT_PREC && prec != F64_PREC) return 18;
+    /* every label of D must be in A or B */
+    for (int i = 0; i < in[3]->nmode; i++) {
+        int found = 0;
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < in[k]->nmode; j++)
+                if (idx[k][j] == idx[3][i]) found = 1;
+        if (!found) return 4;
+    }
+    product_t *p = malloc(sizeof(product_t));
+    for (int k = 0; k < 4; k++) {
+        p->nmode[k] = in[k]->nmode;
+        p->extents[k] = copy64(in[k]->extents, in[k]->nmode);
+        p->strides[k] = copy64(in[k]->strides, in[k]->nmode);
+        p->idx[k] = copy64(idx[k], in[k]->nmode);
+        p->op[k] = ops[k];
+    }
+    p->is_complex = type == C64;
+    *plan = (TAPP_tensor_product)p;
+    return 0;
+}
+
+TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan) {
+    product_t *p = (product_t *)plan;
+    for (int k = 0; k < 4; k++) {
+        free(p->extents[k]);
+        free(p->strides[k]);
+        free(p->idx[k]);
+    }
+    free(p);
+    return 0;
+}
+
+/* Offset of tensor k for the current label values. */
+static int64_t offset(const product_t *p, int k, const int64_t *labels, const int64_t *values,
+                      int nlabels) {
+    int64_t off = 0;
+    for (int j = 0; j < p->nmode[k]; j++)
+        for (int l = 0; l < nlabels; l++)
+            if (labels[l] == p->idx[k][j]) off += values[l] * p->strides[k][j];
+    return off;
+}
+
+TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
+                                TAPP_status *status, const void *alpha, const void *A,
+                                const void *B, const void *beta, const void *C, void *D) {
+    (void)exec;
+    if (strcmp(fault(), "unknown_code") == 0) return 4242;
+    if (strcmp(fault(), "no_text") == 0) return 77;
+    if (strcmp(fault(), "crash") == 0) {
+        volatile int *nothing = NULL;
+        *nothing = 1;
+    }
+    const product_t *p = (const product_t *)plan;
+    if (status) *status = 0;
+    /* distinct labels: those of D first (output space), then the summed ones */
+    int64_t labels[256], extent[256];
+    int nd = 0, n = 0;
+    for (int k = 3; k >= 0; k--) {
+        if (k == 2) continue;
+        for (int j = 0; j < p->nmode[k]; j++) {
+            int seen = 0;
+            for (int l = 0; l < n; l++) seen |= labels[l] == p->idx[k][j];
+            if (!seen && n < 256) {
+                labels[n] = p->idx[k][j];
+                extent[n] = p->extents[k][j];
+                n++;
+            }
+        }
+        if (k == 3) nd = n;
+    }
+    int64_t values[256];
+    int64_t dsize = 1, ssize = 1;
+    for (int l = 0; l < nd; l++) dsize *= extent[l];
+    for (int l = nd; l < n; l++) ssize *= extent[l];
+    double complex al = p->is_complex ? *(const double complex *)alpha : *(const double *)alpha;
+    double complex be = p->is_complex ? *(const double complex *)beta : *(const double *)beta;
+    for (int64_t di = 0; di < dsize; di++) {
+        int64_t rest = di;
+        for (int l = 0; l < nd; l++) { values[l] = rest % extent[l]; rest /= extent[l]; }
+        double complex acc = 0;
+        for (int64_t si = 0; si < ssize; si++) {
+            int64_t r2 = si;
+            for (int l = nd; l < n; l++) { values[l] = r2 % extent[l]; r2 /= extent[l]; }
+            int64_t oa = offset(p, 0, labels, values, n), ob = offset(p, 1, labels, values, n);
+            double complex a = p->is_complex ? ((const double complex *)A)[oa]
+                                             : ((const double *)A)[oa];
+            double complex b = p->is_complex ? ((const double complex *)B)[ob]
+                                             : ((const double *)B)[ob];
+            if (p->op[0]) a = conj(a);
+            if (p->op[1]) b = conj(b);
+            acc += a * b;
+        }
+        acc *= al;
+        if (be != 0) {
+            int64_t oc = offset(p, 2, labels, values, nd);
+            double complex c = p->is_complex ? ((const double complex *)C)[oc]
+                                             : ((const double *)C)[oc];
+            if (p->op[2]) c = conj(c);
+            acc += be * c;
+        }
+        if (p->op[3]) acc = conj(acc);
+        int64_t od = offset(p, 3, labels, values, nd);
+        if (p->is_complex) ((double complex *)D)[od] = acc;
+        else ((double *)D)[od] = creal(acc);
+    }
+    return 0;
+}

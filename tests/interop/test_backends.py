@@ -1,0 +1,153 @@
+"""Multi-TAPP: the same user code on every backend; torch tensors; clib; auto; autotuning."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pytapp
+from pytapp import Datatype, Handle, TensorInfo, TensorProduct, backends
+
+SCRIPT = """
+import numpy as np, pytapp, sys
+rng = np.random.default_rng(0)
+a = rng.standard_normal((6, 5, 4))
+b = rng.standard_normal((5, 7, 6))
+c = rng.standard_normal((7, 4))
+d = pytapp.contract("abc,bda->dc", a, b, c, alpha=0.5, beta=2.0)
+np.save(sys.argv[1], d)
+"""
+
+
+def test_same_script_same_results_on_every_backend(tmp_path: Path,
+                                                   every_backend: list[str]) -> None:
+    results = {}
+    for name in every_backend:
+        env = dict(os.environ, PYTAPP_BACKEND=name)
+        out = tmp_path / f"{name.split(':')[0]}.npy"
+        subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, check=True)
+        results[name] = np.load(out)
+    rng = np.random.default_rng(0)
+    a, b, c = rng.standard_normal((6, 5, 4)), rng.standard_normal((5, 7, 6)), \
+        rng.standard_normal((7, 4))
+    want = 0.5 * np.einsum("abc,bda->dc", a, b) + 2.0 * c
+    assert len(results) >= 5
+    for name, got in results.items():
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.skipif(not backends.available()["torch"][0], reason="torch not installed")
+def test_torch_tensors_are_accepted_zero_copy() -> None:
+    import torch
+
+    a = torch.randn(4, 3, dtype=torch.float64)
+    b = torch.randn(3, 5, dtype=torch.float64)
+    d = torch.zeros(4, 5, dtype=torch.float64)
+    for name in ("torch", "blas"):
+        pytapp.contract("ik,kj->ij", a, b, out=d, backend=name)
+        np.testing.assert_allclose(d.numpy(), (a @ b).numpy(), rtol=1e-12)
+        d.zero_()
+
+
+@pytest.mark.skipif(not backends.available()["torch"][0], reason="torch not installed")
+def test_torch_native_bf16_precision() -> None:
+    import ml_dtypes
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((16, 32)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((32, 8)).astype(ml_dtypes.bfloat16)
+    d = np.zeros((16, 8), dtype=np.float32)
+    h = Handle("torch")
+    plan = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
+                         None, None, TensorInfo.from_array(d), "ij",
+                         prec=pytapp.Prectype.BF16BF16_ACCUM_F32)
+    assert "bfloat16" in plan.algorithm
+    plan.execute(1.0, a, b, 0.0, None, d)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    bound = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert np.all(np.abs(d - want) <= 4 * 7.8e-3 * (32 + 4) * bound)
+
+
+def test_unsupported_products_are_declared() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 4)).astype(np.float16)
+    for name in ("tblis",):
+        if not backends.available()[name][0]:
+            continue
+        with pytest.raises(pytapp.UnsupportedError) as err:
+            pytapp.contract("ik,kj->ij", a, a.T.copy(), backend=name)
+        assert "F16" in str(err.value)
+    with pytest.raises(pytapp.PrecisionError):
+        if backends.available()["torch"][0]:
+            TensorProduct(Handle("torch"), TensorInfo(Datatype.F16, (2,)), "i",
+                          TensorInfo(Datatype.F16, (2,)), "i", None, None,
+                          TensorInfo(Datatype.F16, ()), "", prec=pytapp.Prectype.F16F16_ACCUM_F16)
+        else:
+            raise pytapp.PrecisionError("torch missing", 16)
+
+
+def test_clib_bridge_runs_and_translates_errors(test_library: str) -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    d = np.zeros((3, 2))
+    h = Handle("clib", library=test_library)
+    assert h.get_attr(pytapp.Attr.LIBRARY) == test_library
+    plan = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
+                         None, None, TensorInfo.from_array(d), "ij")
+    plan.execute(2.0, a, b, 0.0, None, d)
+    np.testing.assert_allclose(d, 2 * a @ b, rtol=1e-13)
+    f32 = TensorInfo(Datatype.F32, (3, 4))
+    with pytest.raises(pytapp.UnsupportedError) as err:
+        TensorProduct(h, f32, "ik", f32.with_extents((4, 2)), "kj", None, None,
+                      f32.with_extents((3, 2)), "ij")
+    assert "Only F64 and C64" in str(err.value)  # the library's own text
+
+
+def test_clib_without_library_is_unavailable() -> None:
+    env_free = {k: v for k, v in os.environ.items() if k != "PYTAPP_LIBRARY"}
+    code = "import pytapp; pytapp.Handle('clib')"
+    out = subprocess.run([sys.executable, "-c", code], env=env_free, capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and "PYTAPP_LIBRARY" in out.stderr
+    with pytest.raises(pytapp.UnsupportedError):
+        Handle("clib", library="/no/such/libtapp.so")
+    with pytest.raises(pytapp.UnsupportedError):
+        Handle("blas", library="x.so")
+
+
+def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytapp.backends import auto
+
+    cache = tmp_path / "tune.json"
+    monkeypatch.setenv("PYTAPP_AUTOTUNE_CACHE", str(cache))
+    monkeypatch.setattr(auto, "_loaded", False)
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 10))
+    d = np.zeros((20, 10))
+    h = Handle("auto")
+    plan = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
+                         None, None, TensorInfo.from_array(d), "ij")
+    assert plan.algorithm.startswith("auto -> blas")
+    status = plan.execute(1.0, a, b, 0.0, None, d, h.create_executor(autotune=True))
+    np.testing.assert_allclose(d, a @ b, rtol=1e-12)
+    chosen = status.backend
+    assert chosen in ("blas", "torch", "tblis")
+    assert chosen in json.loads(cache.read_text()).values()
+    again = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
+                          None, None, TensorInfo.from_array(d), "ij")
+    assert again.algorithm.startswith(f"auto -> {chosen}")
+
+
+def test_auto_prefers_torch_for_bf16_inputs() -> None:
+    if not backends.available()["torch"][0]:
+        pytest.skip("torch not installed")
+    info = TensorInfo(Datatype.BF16, (4, 4))
+    plan = TensorProduct(Handle("auto"), info, "ik", info, "kj", None, None,
+                         TensorInfo(Datatype.F32, (4, 4)), "ij")
+    assert plan.algorithm.startswith("auto -> torch")
