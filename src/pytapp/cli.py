@@ -18,7 +18,8 @@ from contextlib import nullcontext
 from typing import Any
 
 from pytapp import backends
-from pytapp.errors import ErrorCode, explain_error
+from pytapp.errors import ErrorCode, TappError, explain_error
+from pytapp.handle import Handle
 
 __all__ = ["main"]
 
@@ -46,6 +47,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ]
     except ImportError:  # pragma: no cover - threadpoolctl is a dependency
         pass
+    if args.matrix:
+        print(backends.matrix_markdown())
+        return 0
     if args.json:
         print(json.dumps(record, indent=2))
         return 0
@@ -54,6 +58,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for row in rows:
         state = "available" if row["available"] else f"unavailable: {row['reason']}"
         print(f"  {row['backend']:<10} {state}")
+    print("capabilities:")
+    print(backends.matrix_markdown())
     for pool in record.get("threadpools", []):  # type: ignore[attr-defined]
         print(f"  threads: {pool}")
     return 0
@@ -84,14 +90,43 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown case numbers {unknown}; cases are 1-{max(CASES)}", file=sys.stderr)
         return 2
+    backend = f"clib:{args.library}" if args.library else args.backend
     try:
-        backends.get(args.backend)
-    except Exception as exc:
+        Handle(backend).destroy()
+    except TappError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    print(f"conformance of backend {args.backend!r}: {args.seeds} seeds per case")
-    summary = run(args.backend, cases, args.seeds, report=print)
+    print(f"conformance of backend {backend!r}: {args.seeds} seeds per case")
+    if args.isolate:
+        return _check_isolated(backend, cases or sorted(CASES), args.seeds)
+    summary = run(backend, cases, args.seeds, report=print)
     return 0 if summary.ok else 1
+
+
+def _check_isolated(backend: str, cases: list[int], seeds: int) -> int:
+    """One child process per case: a crashing library fails that case, not the run."""
+    import re
+    import subprocess
+
+    from pytapp.conformance import CASES
+
+    passed = failed = 0
+    for number in cases:
+        child = subprocess.run(
+            [sys.executable, "-m", "pytapp", "check", "--backend", backend, "--cases",
+             str(number), "--seeds", str(seeds)], capture_output=True, text=True)
+        lines = child.stdout.strip().splitlines()
+        match = re.match(r"(\d+) passed, (\d+) failed", lines[-1]) if lines else None
+        if child.returncode < 0 or match is None:
+            failed += seeds
+            why = f"signal {-child.returncode}" if child.returncode < 0 else "no result"
+            print(f"case {number:2d} {CASES[number].name:<26} crashed ({why})")
+            continue
+        passed += int(match.group(1))
+        failed += int(match.group(2))
+        print("\n".join(lines[1:-1]))
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
 
 
 def _progress_printer() -> tuple[Any, Any]:
@@ -159,14 +194,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if not cases:
         print("no benchmark case matches --case/--dtype", file=sys.stderr)
         return 2
+    if args.library:
+        args.backend = [*args.backend, f"clib:{args.library}"]
     bad = [p for p in args.peers if p not in PEERS]
     if bad:
         print(f"unknown peers {bad}; choose from {', '.join(PEERS)}", file=sys.stderr)
         return 2
     for name in args.backend:
         try:
-            backends.get(name)
-        except Exception as exc:
+            Handle(name).destroy()
+        except TappError as exc:
             print(str(exc), file=sys.stderr)
             return 2
     callback, bar = _progress_printer()
@@ -214,6 +251,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="backends available, versions, BLAS and threads")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--matrix", action="store_true",
+                   help="print the backends x features table (Markdown) only")
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("explain", help="text of TAPP error codes")
     p.add_argument("codes", nargs="*", help="codes (default: all)")
@@ -222,10 +261,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="reference", help="backend name (default reference)")
     p.add_argument("--cases", help="case numbers, e.g. '1-5,12' (default: all)")
     p.add_argument("--seeds", type=int, default=20, help="random instances per case")
+    p.add_argument("--library", help="check a C library exporting the TAPP C API (clib)")
+    p.add_argument("--isolate", action="store_true",
+                   help="run every case in a child process, so a crash is reported, not fatal")
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
     p.add_argument("--suite", default="quick", help="quick (default), full or small")
     p.add_argument("--backend", nargs="+", default=["blas"], help="pytapp backends to time")
+    p.add_argument("--library", help="also time a C library exporting the TAPP C API")
     p.add_argument("--peers", nargs="*", default=["numpy", "opt_einsum", "tblis", "torch"],
                    help="peer libraries (default: all)")
     p.add_argument("--case", nargs="+", help="only cases whose name contains one of these")

@@ -15,7 +15,19 @@ from typing import Any
 from pytapp.attributes import Attr, AttributeStore
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "default_memory_limit"]
+
+
+def default_memory_limit() -> int:
+    """Half of the memory the system reports as available (bytes); 8 GiB when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 8 << 30
 
 
 class Executor(AttributeStore):
@@ -68,6 +80,13 @@ class Executor(AttributeStore):
             raise error_for(
                 ErrorCode.INVALID_EXECUTOR,
                 f"threads={value!r}; give a positive integer or None",
+            )
+        if key == Attr.MEMORY_LIMIT and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise error_for(
+                ErrorCode.INVALID_EXECUTOR,
+                f"MEMORY_LIMIT={value!r}; give a number of bytes (int >= 0)",
             )
         if key == Attr.DEVICE and not isinstance(value, str):
             raise error_for(

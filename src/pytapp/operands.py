@@ -268,6 +268,7 @@ class Binder:
     def __init__(self, spec: ContractionSpec) -> None:
         self.spec = spec
         self._fast = {op.role: self._signature(op) for op in spec.operands}
+        self._empty_sum = spec.empty_sum
 
     @staticmethod
     def _signature(op: OperandSpec) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
@@ -302,6 +303,8 @@ class Binder:
         vd = self.view(d, spec.d, writable=True)
         al = convert_scalar(alpha, spec.d.datatype, "alpha")
         be = convert_scalar(beta, spec.d.datatype, "beta")
+        if self._empty_sum:  # the alpha term is an empty sum, +0 whatever alpha is
+            al = spec.d.datatype.numpy_dtype.type(0)
         if be == 0:
             vc = None
         elif vc is None:

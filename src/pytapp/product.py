@@ -35,8 +35,8 @@ from pytapp.attributes import Attr, AttributeStore
 from pytapp.backends.base import BackendPlan
 from pytapp.backends.reference import ReferencePlan
 from pytapp.datatypes import ElementOp
-from pytapp.errors import ErrorCode, error_for
-from pytapp.executor import Executor
+from pytapp.errors import ErrorCode, TappError, error_for
+from pytapp.executor import Executor, default_memory_limit
 from pytapp.handle import Handle
 from pytapp.operands import Binder, BoundProduct, byte_span
 from pytapp.precision import Prectype, tolerance_factor, within_tolerance
@@ -146,9 +146,25 @@ class TensorProduct(AttributeStore):
         self.infos = (infos["A"], infos["B"], infos["C"], infos["D"])
         self._plan: BackendPlan = handle.backend.plan(self.spec, executor)
         self._binder = Binder(self.spec)
+        self.workspace_bytes = int(getattr(self._plan, "workspace_bytes", 0))
+        try:
+            limit = int(handle.get_attr(Attr.MEMORY_LIMIT))
+        except TappError:
+            limit = default_memory_limit()
+        self._check_memory(limit, "the handle's MEMORY_LIMIT (default: half the free memory)")
         self._set_attr_internal(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
         self._set_attr_internal(Attr.BACKEND, handle.backend_name)
         self._set_attr_internal(Attr.ALGORITHM, self._plan.algorithm)
+
+    def _check_memory(self, limit: int, source: str) -> None:
+        if self.workspace_bytes > limit:
+            raise error_for(
+                ErrorCode.UNSUPPORTED,
+                f"this product needs about {self.workspace_bytes / 2**20:.1f} MiB of workspace "
+                f"on backend {self.handle.backend_name!r}, more than {source} of "
+                f"{limit / 2**20:.1f} MiB; raise the limit (set_attr(Attr.MEMORY_LIMIT, bytes)),"
+                " give D a layout the backend can write directly, or split the product",
+            )
 
     # ------------------------------------------------------------------ lifecycle
     def check_alive(self) -> None:
@@ -210,6 +226,9 @@ class TensorProduct(AttributeStore):
                 ErrorCode.HANDLE_MISMATCH,
                 "the executor was created by another handle; create it with this plan's handle",
             )
+        limit = executor.attributes().get(Attr.MEMORY_LIMIT)
+        if limit is not None:
+            self._check_memory(int(limit), "the executor's MEMORY_LIMIT")
         return executor
 
     def _run(self, bound: BoundProduct, executor: Executor | None) -> Status:

@@ -21,3 +21,12 @@ def test_readme_has_examples() -> None:
 def test_readme_example_runs(index: int) -> None:
     out = subprocess.run([sys.executable, "-c", BLOCKS[index]], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_readme_backends_matrix_is_generated_from_capabilities() -> None:
+    from pytapp.backends import matrix_markdown
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("<!-- backends-matrix -->") + len("<!-- backends-matrix -->")
+    end = text.index("<!-- /backends-matrix -->")
+    assert text[start:end].strip() == matrix_markdown().strip()

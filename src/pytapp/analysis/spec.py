@@ -89,6 +89,11 @@ class ContractionSpec:
         return prod(self._extent_map[x] for x in labels)
 
     @property
+    def empty_sum(self) -> bool:
+        """Whether a contracted or isolated label has extent 0: the product term is +0."""
+        return 0 in (self.extent(x) for x in self.classes.P + self.classes.IA + self.classes.IB)
+
+    @property
     def operands(self) -> tuple[OperandSpec, OperandSpec, OperandSpec, OperandSpec]:
         """(A, B, C, D)."""
         return (self.a, self.b, self.c, self.d)

@@ -11,10 +11,12 @@ True
 from __future__ import annotations
 
 import importlib
-from typing import cast
+from typing import Any, cast
 
 from pytapp.backends.base import Backend, BackendPlan, Capabilities
+from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
+from pytapp.precision import Prectype
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -23,6 +25,7 @@ __all__ = [
     "Capabilities",
     "available",
     "get",
+    "matrix_markdown",
     "names",
     "register",
 ]
@@ -102,3 +105,33 @@ def available() -> dict[str, tuple[bool, str]]:
         except Exception as exc:
             out[name] = (False, getattr(exc, "message", str(exc)))
     return out
+
+
+#: Features of the backends matrix, as (column title, capability test).
+_FEATURES: list[tuple[str, Any]] = [
+    ("F32/F64", lambda c: {Datatype.F32, Datatype.F64} <= c.datatypes),
+    ("C32/C64", lambda c: {Datatype.C32, Datatype.C64} <= c.datatypes),
+    ("F16", lambda c: Datatype.F16 in c.datatypes),
+    ("BF16", lambda c: Datatype.BF16 in c.datatypes),
+    ("mixed types", lambda c: c.mixed_datatypes),
+    ("all precisions", lambda c: c.prectypes == frozenset(Prectype)),
+    ("F16 accum.", lambda c: Prectype.F16F16_ACCUM_F16 in c.prectypes),
+    ("broadcast (Case 5)", lambda c: c.broadcast),
+    ("isolated (Case 4)", lambda c: c.isolated_labels),
+    ("repeated labels", lambda c: c.repeated_labels),
+    ("negative strides", lambda c: c.negative_strides),
+    ("conjugation", lambda c: c.conjugation),
+    ("batched", lambda c: c.batched),
+]
+
+
+def matrix_markdown() -> str:
+    """The backends x features table of the README, from the declared capabilities."""
+    header = ["backend", *[f for f, _ in _FEATURES]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for name, factory in _FACTORIES.items():
+        module_name, _, attr = factory.partition(":")
+        caps = getattr(importlib.import_module(module_name), attr).capabilities
+        cells = ["yes" if test(caps) else "no" for _, test in _FEATURES]
+        lines.append("| " + " | ".join([f"`{name}`", *cells]) + " |")
+    return "\n".join(lines)

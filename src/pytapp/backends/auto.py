@@ -109,6 +109,11 @@ class AutoPlan:
         """``auto -> NAME: what NAME does``."""
         return self._prefix + self.plans[self.choice].algorithm
 
+    @property
+    def workspace_bytes(self) -> int:
+        """The chosen plan's workspace."""
+        return int(getattr(self.plans[self.choice], "workspace_bytes", 0))
+
     def _tune(self, bound: BoundProduct, executor: Executor | None) -> None:
         """Time every candidate once on these operands; D ends with the last (valid) result."""
         times: dict[str, float] = {}

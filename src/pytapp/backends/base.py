@@ -88,6 +88,8 @@ class BackendPlan(Protocol):
     """A backend's executable plan for one ContractionSpec."""
 
     algorithm: str
+    #: Upper bound of the temporaries one execution allocates (bytes).
+    workspace_bytes: int
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Compute into ``bound.d``; return what was done (seconds are set by the caller)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.analysis.layout import order_by_stride
+from pytapp.analysis.layout import fusable, order_by_stride
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.base import Capabilities
 from pytapp.backends.reference import ReferencePlan
@@ -92,6 +92,7 @@ class BlasPlan:
         if rule.real is Datatype.F16:
             self._fallback = ReferencePlan(spec)
             self.algorithm = "reference loop (F16 accumulation rounds every partial sum)"
+            self.workspace_bytes = self._fallback.workspace_bytes
             return
         real = rule.real_dtype
         self.compute: np.dtype[Any] = (
@@ -156,6 +157,28 @@ class BlasPlan:
         if self.block is not None:
             self.algorithm += (f" (blocked over {self.block[0]} slices when D is not written "
                                "directly)")
+        self.workspace_bytes = self._workspace(first, second)
+
+    def _workspace(self, first: list[Label], second: list[Label]) -> int:
+        """Upper bound of the temporaries of one execution (bytes), from the layouts."""
+        spec, item = self.spec, self.compute.itemsize
+
+        def in_place(op: OperandSpec, groups: list[list[Label]], plain: bool) -> bool:
+            strides = dict(zip(op.modes.labels, op.modes.strides, strict=True))
+            return plain and all(
+                fusable([spec.extent(x) for x in g], [strides[x] for x in g]) for g in groups)
+
+        total = 0
+        if not in_place(spec.a, [self.fa, self.p], self.a_plain):
+            total += spec.a.size * item
+        if not in_place(spec.b, [self.p, self.fb], self.b_plain):
+            total += spec.b.size * item
+        d_size = prod(spec.extent(x) for x in self.d_target)
+        if not (self.direct_ok and in_place(spec.d, [first, second], True)):
+            total += BLOCK_BYTES if self.block is not None else d_size * item
+        if self.spec.c.datatype.numpy_dtype != self.compute or self.spec.c.conjugate:
+            total += spec.d.size * item  # C converted to the compute type
+        return int(total)
 
     def _plan_blocks(self, first: list[Label], second: list[Label]) -> tuple[int, int] | None:
         """(number of blocks, leading modes looped over) for blocked TTGT, or None.

@@ -129,6 +129,7 @@ class ClibPlan:
                 ids.setdefault(x, len(ids))
         self.ids = ids
         self.algorithm = f"C library {os.path.basename(lib.path)}"
+        self.workspace_bytes = 0  # whatever the library allocates is its own affair
         self._products: dict[tuple[tuple[int, ...], ...], int] = {}
         self._product(tuple(tuple(op.modes.strides) for op in spec.operands))
 

@@ -114,6 +114,9 @@ class ReferencePlan:
         self.p_extents = tuple(spec.extent(x) for x in cls.P)
         self.ia_extents = tuple(spec.extent(x) for x in cls.IA)
         self.ib_extents = tuple(spec.extent(x) for x in cls.IB)
+        # About a dozen arrays of one chunk of (D element x contracted index) pairs.
+        pairs = min(prod(self.d_extents) * max(prod(self.p_extents), 1), _CHUNK)
+        self.workspace_bytes = 12 * 16 * pairs
 
     @staticmethod
     def _tuples(extents: Sequence[int], labels: Sequence[Label]) -> dict[Label, np.ndarray]:

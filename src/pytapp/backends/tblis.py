@@ -39,6 +39,7 @@ class TblisPlan:
         self.conjc = spec.c.conjugate and spec.c.datatype.is_complex
         self.conjd = spec.d.conjugate and spec.d.datatype.is_complex
         self.algorithm = f"tblis contract {self.expr!r}"
+        self.workspace_bytes = 0  # C is copied into D itself
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Compute D in place of ``bound.d``."""

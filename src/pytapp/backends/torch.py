@@ -48,10 +48,13 @@ class TorchPlan:
             and spec.a.datatype is rule.input_round and spec.b.datatype is rule.input_round
         )
         self.input_dtype = low[rule.input_round] if self.native else self.compute  # type: ignore[index]
+        # torch.einsum may copy both inputs and builds the result before D is written.
+        self.workspace_bytes = 16 * (spec.a.size + spec.b.size + 2 * spec.d.size)
         self.algorithm = f"torch.einsum {self.expr!r}" + (
             f" in {str(self.input_dtype).removeprefix('torch.')}" if self.native else "")
 
-    def _tensor(self, x: np.ndarray, spec: OperandSpec, dtype: Any) -> Any:
+    def _tensor(self, x: np.ndarray, spec: OperandSpec, dtype: Any, native: bool = False) -> Any:
+        """A torch view of ``x`` in ``dtype``, rounded as the precision says, op applied."""
         torch = self.torch
         if any(s < 0 for s in x.strides):
             x = np.array(x, order="C", copy=True)  # also for extent-1 modes
@@ -62,7 +65,7 @@ class TorchPlan:
         else:
             t = torch.from_numpy(x)
         rule = self.spec.rule
-        if rule.input_round is not None and not self.native:
+        if rule.input_round is not None and not native:
             low = rule.input_round.numpy_dtype.name
             target = {"bfloat16": torch.bfloat16, "float16": torch.float16,
                       "float32": torch.float32, "float64": torch.float64}[low]
@@ -91,8 +94,13 @@ class TorchPlan:
             return status
         if executor is not None and executor.threads:
             torch.set_num_threads(executor.threads)
-        a = self._tensor(bound.a, spec.a, self.input_dtype)
-        b = self._tensor(bound.b, spec.b, self.input_dtype)
+        # The native low-precision product is rounded once to its storage type: exact only
+        # when that rounding is the final one (D of that type, alpha 1, no C).
+        native = (self.native and bound.c is None and bound.alpha == 1
+                  and spec.d.datatype is spec.rule.input_round)
+        dtype = self.input_dtype if native else self.compute
+        a = self._tensor(bound.a, spec.a, dtype, native)
+        b = self._tensor(bound.b, spec.b, dtype, native)
         r = torch.einsum(self.expr, a, b).to(self.compute)
         if bound.alpha != 1:
             r = r * torch.tensor(complex(bound.alpha) if r.is_complex() else float(bound.alpha),

@@ -122,8 +122,15 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
     magnitude = np.broadcast_to(magnitude.reshape(shape), d_view.shape)
     alpha = _wide(np.array(inst.alpha).astype(dts["D"].numpy_dtype))[()]
     beta = _wide(np.array(inst.beta).astype(dts["D"].numpy_dtype))[()]
-    value = alpha * product
-    bound = abs(alpha) * magnitude
+    extents = _label_extents(inst, item)
+    summed = [e for x, e in extents.items() if x not in ld]
+    if 0 in summed:  # an empty sum is +0 and the alpha term vanishes (SPEC section 1)
+        value = np.zeros(d_view.shape, dtype=np.complex128)
+        bound = np.zeros(d_view.shape)
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = alpha * product
+            bound = abs(alpha) * magnitude
     data_c = item["C"]
     if beta != 0 and data_c is not None:
         c_src = data_d if inst.c_is_d else data_c
@@ -132,8 +139,9 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
         c_val = _rounded(c_view, dts["C"], rule.input_round)
         if inst.ops.get("C") is ElementOp.CONJUGATE:
             c_val = np.conj(c_val)
-        value = value + beta * c_val
-        bound = bound + abs(beta) * np.abs(c_val)
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = value + beta * c_val
+            bound = bound + abs(beta) * np.abs(c_val)
     if inst.ops.get("D") is ElementOp.CONJUGATE:
         value = np.conj(value)
     if not dts["D"].is_complex:

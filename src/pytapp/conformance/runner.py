@@ -83,8 +83,11 @@ def _oob_info(data: OperandData, side: str) -> TensorInfo:
     return info.with_strides(strides)
 
 
-def execute_instance(inst: Instance, backend: str) -> None:
-    """Create the plan and run it as the instance (and its scenario) says."""
+def execute_instance(inst: Instance, backend: str, threads: int | None = None) -> None:
+    """Create the plan and run it as the instance (and its scenario) says.
+
+    ``threads`` runs it on an executor with that thread count.
+    """
     sc = inst.scenario or ""
     item = inst.items[0]
     if sc == "unknown_backend":
@@ -130,7 +133,7 @@ def execute_instance(inst: Instance, backend: str) -> None:
         c_info, c_labels, infos["D"], labels["D"],  # type: ignore[arg-type]
         **kwargs,
     )
-    executor: Any = None
+    executor: Any = None if threads is None else Executor(threads=threads)
     if sc == "c_missing":
         data["C"], beta = None, 1.0
     if sc == "dtype_mismatch":
@@ -182,7 +185,7 @@ def _unchanged(inst: Instance, before: list[np.ndarray]) -> bool:
     return True
 
 
-def run_instance(inst: Instance, backend: str) -> Outcome:
+def run_instance(inst: Instance, backend: str, threads: int | None = None) -> Outcome:
     """Run one instance on ``backend`` and judge it (never raises for a backend's fault)."""
     desc = inst.describe()
     before = _snapshot(inst)
@@ -190,7 +193,7 @@ def run_instance(inst: Instance, backend: str) -> Outcome:
     if inst.expected_code is None:
         expected = [expected_result(inst, it) for it in inst.items]
     try:
-        execute_instance(inst, backend)
+        execute_instance(inst, backend, threads)
     except TappError as exc:
         if inst.expected_code is not None and exc.code == inst.expected_code:
             if not _unchanged(inst, before):
