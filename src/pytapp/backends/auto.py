@@ -83,13 +83,39 @@ def _remember(key: str, name: str) -> None:
                 pass
 
 
-def model_choice(spec: ContractionSpec, capable: list[str]) -> str:
-    """The cost model's pick among ``capable`` backends."""
+#: Contraction sizes from which MKL's GEMM (through torch) beats NumPy's OpenBLAS here.
+TORCH_MIN_K = 768
+#: Small contraction sizes where TBLIS (no explicit transposition) beats TTGT ...
+TBLIS_MAX_K = 64
+#: ... when TTGT would copy this many bytes, or cannot write D directly.
+TBLIS_MIN_COPY = 16 << 20
+
+
+def model_choice(spec: ContractionSpec, capable: list[str],
+                 profile: dict[str, Any] | None = None) -> str:
+    """The cost model's pick among ``capable`` backends (``profile``: the blas plan's).
+
+    Measured on the public benchmark cases (docs/benchmarks.md): torch for F16/BF16 inputs
+    (native conversions and matmul) and for large-k GEMMs (MKL); tblis where TTGT would copy
+    much or cannot write D in place for a small k, or for elementwise products into permuted
+    outputs; blas otherwise.
+    """
     low = {Datatype.F16, Datatype.BF16}
     if spec.rule.real is Datatype.F16 and "blas" in capable:
         return "blas"
     if spec.a.datatype in low and spec.b.datatype in low and "torch" in capable:
         return "torch"
+    p = profile or {}
+    kind = p.get("kind")
+    if kind == "gemm" and "torch" in capable and p.get("h") == 1 and p.get("k", 0) >= \
+            TORCH_MIN_K:
+        return "torch"
+    if "tblis" in capable and (
+        (kind == "gemm" and p.get("k", 0) <= TBLIS_MAX_K
+         and (not p.get("d_direct") or p.get("copy_bytes", 0) >= TBLIS_MIN_COPY))
+        or (kind == "elementwise" and not p.get("d_direct"))
+    ):
+        return "tblis"
     return "blas" if "blas" in capable else capable[0]
 
 
@@ -170,8 +196,12 @@ class AutoBackend:
         with _lock:
             _load()
             remembered = _winners.get(_key(spec))
+        profile = None
+        if "blas" in candidates:
+            blas_plan = candidates["blas"].plan(spec, executor)
+            profile = getattr(blas_plan, "profile", None)
         choice = remembered if remembered in candidates else model_choice(
-            spec, list(candidates))
+            spec, list(candidates), profile)
         try:
             plan = AutoPlan(spec, candidates, str(choice), executor)
         except TappError:

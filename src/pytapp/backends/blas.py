@@ -93,6 +93,7 @@ class BlasPlan:
             self._fallback = ReferencePlan(spec)
             self.algorithm = "reference loop (F16 accumulation rounds every partial sum)"
             self.workspace_bytes = self._fallback.workspace_bytes
+            self.profile: dict[str, Any] = {"kind": "reference"}
             return
         real = rule.real_dtype
         self.compute: np.dtype[Any] = (
@@ -168,16 +169,22 @@ class BlasPlan:
             return plain and all(
                 fusable([spec.extent(x) for x in g], [strides[x] for x in g]) for g in groups)
 
-        total = 0
+        copied = 0
         if not in_place(spec.a, [self.fa, self.p], self.a_plain):
-            total += spec.a.size * item
+            copied += spec.a.size * item
         if not in_place(spec.b, [self.p, self.fb], self.b_plain):
-            total += spec.b.size * item
+            copied += spec.b.size * item
+        total = copied
         d_size = prod(spec.extent(x) for x in self.d_target)
-        if not (self.direct_ok and in_place(spec.d, [first, second], True)):
+        groups = [first, second] if self.kind == "gemm" else [self.d_target]
+        d_direct = self.direct_ok and in_place(spec.d, groups, True)
+        if not d_direct:
             total += BLOCK_BYTES if self.block is not None else d_size * item
         if self.spec.c.datatype.numpy_dtype != self.compute or self.spec.c.conjugate:
             total += spec.d.size * item  # C converted to the compute type
+        #: What the plan will do, for cost models (auto): sizes, copies, direct output.
+        self.profile = {"kind": self.kind, "h": prod(self.h_shape), "m": self.m, "n": self.n,
+                        "k": self.k, "copy_bytes": copied, "d_direct": d_direct}
         return int(total)
 
     def _plan_blocks(self, first: list[Label], second: list[Label]) -> tuple[int, int] | None:
