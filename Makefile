@@ -24,7 +24,7 @@ test: lint
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m pytapp bench --suite full --json docs/benchmarks.json --plot docs/benchmarks.png --markdown docs/benchmarks.md
+	$(PY) -m pytapp bench --suite full --backend auto blas tblis torch --json docs/benchmarks.json --plot docs/benchmarks.png --markdown docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

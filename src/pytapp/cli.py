@@ -267,7 +267,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
     p.add_argument("--suite", default="quick", help="quick (default), full or small")
-    p.add_argument("--backend", nargs="+", default=["blas"], help="pytapp backends to time")
+    p.add_argument("--backend", nargs="+", default=["auto", "blas"],
+                   help="pytapp backends to time (default: auto blas)")
     p.add_argument("--library", help="also time a C library exporting the TAPP C API")
     p.add_argument("--peers", nargs="*", default=["numpy", "opt_einsum", "tblis", "torch"],
                    help="peer libraries (default: all)")

@@ -61,7 +61,7 @@ def test_harness_flags_wrong_results_and_fills_every_field() -> None:
                        measure_peaks=False, extra={"wrong": _wrong})
     for c in result.cases:
         assert c.measurements["wrong"].verdict.startswith("wrong")
-        for name in ("blas", "reference", "numpy"):
+        for name in ("blas", "reference", "numpy.einsum"):
             m = c.measurements[name]
             assert m.verdict == "ok", m.verdict
             assert m.median_s > 0 and m.min_s > 0 and m.gflops > 0 and m.repeats == 2
@@ -85,7 +85,7 @@ def test_unavailable_peer_is_reported_not_skipped() -> None:
     bf16 = next(c for c in load_public() if c.dtype == "bf16").scaled(0.05)
     result = run_bench([bf16], backends=["blas"], peers=["tblis"], repeats=1,
                        measure_peaks=False)
-    verdict = result.cases[0].measurements["tblis"].verdict
+    verdict = result.cases[0].measurements["pytblis"].verdict
     assert verdict.startswith("n/a") and "bf16" in verdict
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.bench.cases import BenchCase
-from pytapp.bench.peers import Contender, NotApplicable, backend_contender, peer
+from pytapp.bench.peers import PEER_LABELS, Contender, NotApplicable, backend_contender, peer
 from pytapp.datatypes import Datatype
 from pytapp.precision import within_tolerance
 
@@ -79,6 +79,19 @@ class BenchResult:
     environment: dict[str, Any]
     peaks: dict[str, Any]
     cases: list[CaseResult] = field(default_factory=list)
+
+    def geomean_vs_best_backend(self, name: str) -> float:
+        """Geometric mean over cases of (fastest other backend's time / ``name``'s time)."""
+        ratios = []
+        for c in self.cases:
+            m = c.measurements.get(name)
+            others = [o.median_s for n, o in c.measurements.items()
+                      if n != name and o.kind == "backend" and o.timed]
+            if m is not None and m.timed and others:
+                ratios.append(min(min(others), m.median_s) / m.median_s)
+        if not ratios:
+            return math.nan
+        return float(math.exp(sum(math.log(r) for r in ratios) / len(ratios)))
 
     def geomean_ratio(self, name: str) -> float:
         """Geometric mean over cases of the speed ratio of ``name`` to the best peer."""
@@ -224,7 +237,7 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
     for name in backends:
         makers.append((name, partial(backend_contender, name, case, a, b, d.copy(), threads)))
     for name in peers:
-        makers.append((name, partial(peer, name, case, a, b, d.copy())))
+        makers.append((PEER_LABELS.get(name, name), partial(peer, name, case, a, b, d.copy())))
     for name, maker in (extra or {}).items():
         makers.append((name, partial(maker, case, a, b, d.copy())))
     for name, make in makers:

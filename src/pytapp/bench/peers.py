@@ -17,7 +17,11 @@ import numpy as np
 
 from pytapp.bench.cases import BenchCase
 
-__all__ = ["PEERS", "Contender", "NotApplicable", "backend_contender", "peer"]
+__all__ = ["PEERS", "PEER_LABELS", "Contender", "NotApplicable", "backend_contender", "peer"]
+
+#: How each peer is named in reports (backends keep their own names).
+PEER_LABELS = {"numpy": "numpy.einsum", "opt_einsum": "opt_einsum", "tblis": "pytblis",
+               "torch": "torch.einsum"}
 
 
 class NotApplicable(Exception):
@@ -66,7 +70,7 @@ def backend_contender(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray,
 
 def _numpy(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
     expr = case.einsum
-    return Contender("numpy", lambda: np.einsum(expr, a, b, optimize=True), _numpy_result,
+    return Contender("numpy.einsum", lambda: np.einsum(expr, a, b, optimize=True), _numpy_result,
                      "peer")
 
 
@@ -86,7 +90,7 @@ def _pytblis(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Co
         tblis.contract(expr, a, b, out=out)
         return out
 
-    return Contender("tblis", call, _numpy_result, "peer", traced_memory=False)
+    return Contender("pytblis", call, _numpy_result, "peer", traced_memory=False)
 
 
 def _torch(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
@@ -103,7 +107,7 @@ def _torch(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Cont
             return np.asarray(x.float().numpy())
         return np.asarray(x.numpy())
 
-    return Contender("torch", lambda: torch.einsum(expr, ta, tb), result, "peer",
+    return Contender("torch.einsum", lambda: torch.einsum(expr, ta, tb), result, "peer",
                      traced_memory=False)
 
 

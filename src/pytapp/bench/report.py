@@ -67,6 +67,10 @@ def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]], list[st
     summary = ["geometric mean", ""] + [""] * len(cols)
     summary += [f"{result.geomean_ratio(n):.2f}x" for n in backends] + [""] * len(backends)
     rows.append(summary)
+    if len(backends) > 1:
+        for n in backends:
+            notes.append(f"{n}: geometric mean of (fastest other backend / {n}) = "
+                         f"{result.geomean_vs_best_backend(n):.2f}")
     return header, rows, notes
 
 
@@ -104,8 +108,12 @@ def to_json(result: BenchResult) -> dict[str, Any]:
             },
         })
     summary = {n: num(result.geomean_ratio(n)) for n in names(result)}
+    vs_backends = {n: num(result.geomean_vs_best_backend(n)) for n in names(result)
+                   if any(c.measurements.get(n) and c.measurements[n].kind == "backend"
+                          for c in result.cases)}
     return {"suite": result.suite, "environment": result.environment, "peaks": result.peaks,
-            "cases": cases, "geomean_ratio_to_best_peer": summary}
+            "cases": cases, "geomean_ratio_to_best_peer": summary,
+            "geomean_vs_best_other_backend": vs_backends}
 
 
 def write_json(result: BenchResult, path: str | Path) -> None:
