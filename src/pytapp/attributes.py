@@ -15,11 +15,12 @@ Examples
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
 
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["BACKEND_KEYS", "Attr", "AttributeStore"]
+__all__ = ["BACKEND_KEYS", "Attr", "AttributeStore", "TappObject"]
 
 #: First key that backends may use freely.
 BACKEND_KEYS = 0x1000
@@ -73,6 +74,16 @@ class AttributeStore:
             )
         return int(key)
 
+    def _writable_key(self, key: int) -> int:
+        k = self._check_key(key)
+        if k in self._attr_readonly:
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"attribute {Attr(k).name} of {type(self).__name__} is read-only; "
+                "pass it when creating the object",
+            )
+        return k
+
     def _set_attr_internal(self, key: int, value: Any) -> None:
         self._attr_store()[int(key)] = value
 
@@ -84,13 +95,7 @@ class AttributeStore:
         AttributeKeyError
             Code 26 for a key not valid for this object or read-only here.
         """
-        k = self._check_key(key)
-        if k in self._attr_readonly:
-            raise error_for(
-                ErrorCode.ATTRIBUTE_KEY,
-                f"attribute {Attr(k).name} of {type(self).__name__} is read-only; "
-                "pass it when creating the object",
-            )
+        k = self._writable_key(key)
         self._on_set_attr(k, value)
         self._attr_store()[k] = value
 
@@ -122,14 +127,42 @@ class AttributeStore:
         AttributeKeyError
             Code 26 for a key not valid for this object or read-only here.
         """
-        k = self._check_key(key)
-        if k in self._attr_readonly:
-            raise error_for(
-                ErrorCode.ATTRIBUTE_KEY,
-                f"attribute {Attr(k).name} of {type(self).__name__} is read-only",
-            )
-        self._attr_store().pop(k, None)
+        self._attr_store().pop(self._writable_key(key), None)
 
     def attributes(self) -> dict[int, Any]:
         """A copy of every attribute that is set."""
         return dict(self._attr_store())
+
+
+_T = TypeVar("_T", bound="TappObject")
+
+
+class TappObject(AttributeStore):
+    """Lifecycle shared by handles, executors, plans and statuses.
+
+    ``destroy()`` is idempotent; use after destroy raises code 23; objects are context
+    managers that destroy themselves on exit.
+    """
+
+    _destroyed: bool = False
+
+    def check_alive(self) -> None:
+        """Raise code 23 when the object was destroyed."""
+        if self._destroyed:
+            name = type(self).__name__
+            raise error_for(ErrorCode.DESTROYED, f"this {name} was destroyed; create a new one")
+
+    def destroy(self) -> None:
+        """Release the object (idempotent); later use raises code 23."""
+        self._destroyed = True
+
+    def __enter__(self: _T) -> _T:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.destroy()

@@ -9,10 +9,9 @@ Examples
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
-from pytapp.attributes import Attr, AttributeStore
+from pytapp.attributes import Attr, TappObject
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["Executor", "default_memory_limit"]
@@ -30,7 +29,7 @@ def default_memory_limit() -> int:
     return 8 << 30
 
 
-class Executor(AttributeStore):
+class Executor(TappObject):
     """Resources that execute products.
 
     Parameters
@@ -67,7 +66,6 @@ class Executor(AttributeStore):
     ) -> None:
         super().__init__()
         self.handle = handle
-        self._destroyed = False
         self.set_attr(Attr.NUM_THREADS, threads)
         self.set_attr(Attr.DEVICE, device)
         self.set_attr(Attr.VERIFY, bool(verify))
@@ -114,25 +112,9 @@ class Executor(AttributeStore):
         """Whether ``auto`` may time candidate backends."""
         return bool(self.get_attr(Attr.AUTOTUNE))
 
-    def check_alive(self) -> None:
-        """Raise code 23 when the executor was destroyed."""
-        if self._destroyed:
-            raise error_for(ErrorCode.DESTROYED, "this Executor was destroyed; create a new one")
 
-    def destroy(self) -> None:
-        """Release the executor (idempotent)."""
-        self._destroyed = True
 
-    def __enter__(self) -> Executor:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.destroy()
 
     def __repr__(self) -> str:
         return (

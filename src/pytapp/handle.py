@@ -10,11 +10,10 @@ Examples
 from __future__ import annotations
 
 import os
-from types import TracebackType
 from typing import Any
 
 from pytapp import backends
-from pytapp.attributes import Attr, AttributeStore
+from pytapp.attributes import Attr, TappObject
 from pytapp.backends.base import Backend
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
@@ -27,7 +26,7 @@ def default_backend_name() -> str:
     return os.environ.get("PYTAPP_BACKEND", "").strip() or backends.DEFAULT_BACKEND
 
 
-class Handle(AttributeStore):
+class Handle(TappObject):
     """Library handle: selects the backend that every product created through it uses.
 
     Parameters
@@ -71,7 +70,6 @@ class Handle(AttributeStore):
         self._backend: Backend = backends.get(name, library=library)
         if library is not None:
             self._set_attr_internal(Attr.LIBRARY, library)
-        self._destroyed = False
         self._set_attr_internal(Attr.BACKEND, self._backend.name)
         self.set_attr(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
 
@@ -86,30 +84,14 @@ class Handle(AttributeStore):
         """The backend's name."""
         return self._backend.name
 
-    def check_alive(self) -> None:
-        """Raise code 23 when the handle was destroyed."""
-        if self._destroyed:
-            raise error_for(ErrorCode.DESTROYED, "this Handle was destroyed; create a new one")
 
     def create_executor(self, **kwargs: Any) -> Executor:
         """An :class:`Executor` bound to this handle (keywords as for Executor)."""
         self.check_alive()
         return Executor(self, **kwargs)
 
-    def destroy(self) -> None:
-        """Release the handle (idempotent); its products can no longer run."""
-        self._destroyed = True
 
-    def __enter__(self) -> Handle:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.destroy()
 
     def __repr__(self) -> str:
         state = ", destroyed" if self._destroyed else ""

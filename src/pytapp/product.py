@@ -24,14 +24,13 @@ import itertools
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from pytapp.analysis.labels import normalize_labels
 from pytapp.analysis.spec import ContractionSpec, build_spec
-from pytapp.attributes import Attr, AttributeStore
+from pytapp.attributes import Attr, TappObject
 from pytapp.backends.base import BackendPlan
 from pytapp.backends.reference import ReferencePlan
 from pytapp.datatypes import ElementOp
@@ -65,7 +64,7 @@ def _thread_scope(threads: int | None) -> AbstractContextManager[Any]:
     return scope
 
 
-class TensorProduct(AttributeStore):
+class TensorProduct(TappObject):
     """A validated, reusable plan for one tensor product.
 
     Parameters
@@ -123,7 +122,6 @@ class TensorProduct(AttributeStore):
             )
         handle.check_alive()
         self.handle = handle
-        self._destroyed = False
         infos = {
             "A": _check_info(a, "A"),
             "B": _check_info(b, "B"),
@@ -169,26 +167,11 @@ class TensorProduct(AttributeStore):
     # ------------------------------------------------------------------ lifecycle
     def check_alive(self) -> None:
         """Raise code 23 when the plan (or its handle) was destroyed."""
-        if self._destroyed:
-            raise error_for(
-                ErrorCode.DESTROYED, "this TensorProduct was destroyed; create a new plan"
-            )
+        super().check_alive()
         self.handle.check_alive()
 
-    def destroy(self) -> None:
-        """Release the plan (idempotent); later use raises code 23."""
-        self._destroyed = True
 
-    def __enter__(self) -> TensorProduct:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.destroy()
 
     @property
     def algorithm(self) -> str:

@@ -10,16 +10,15 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
-from pytapp.attributes import Attr, AttributeStore
+from pytapp.attributes import Attr, TappObject
 
 __all__ = ["Status"]
 
 
 @dataclass
-class Status(AttributeStore):
+class Status(TappObject):
     """Record of one execution (or one batch of executions).
 
     Attributes
@@ -78,16 +77,5 @@ class Status(AttributeStore):
         self.bytes_allocated = max(self.bytes_allocated, other.bytes_allocated)
         self.products += other.products
 
-    def destroy(self) -> None:
-        """Nothing to release; present for the TAPP object lifecycle."""
 
-    def __enter__(self) -> Status:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.destroy()
