@@ -61,6 +61,11 @@ class Datatype(IntEnum):
         return _EPS[self.real]
 
     @property
+    def subnormal_spacing(self) -> float:
+        """Spacing of the subnormal numbers of one real part (the absolute rounding floor)."""
+        return _TINY[self.real]
+
+    @property
     def short_name(self) -> str:
         """Lower-case name used by benchmark files: f32, f64, c64, c128, f16, bf16."""
         return _SHORT[self]
@@ -113,6 +118,12 @@ _EPS = {
     Datatype.F32: 1.2e-7,
     Datatype.F16: 9.8e-4,
     Datatype.BF16: 7.8e-3,
+}
+_TINY = {
+    Datatype.F64: 2.0**-1074,
+    Datatype.F32: 2.0**-149,
+    Datatype.F16: 2.0**-24,
+    Datatype.BF16: 2.0**-133,
 }
 _BY_DTYPE = {dtype: dt for dt, dtype in _NUMPY.items()}
 

@@ -133,18 +133,22 @@ def within_tolerance(
     bound: np.ndarray,
     tol: float,
     store_eps: float,
+    store_tiny: float = 0.0,
 ) -> np.ndarray:
     """Elementwise SPEC section 7 check, plus the final rounding into D's datatype.
 
-    ``|result - expected| <= tol * bound + store_eps * |expected|``, where ``bound`` is
-    ``|alpha| sum |A||B| + |beta| |C|``. NaN must match NaN and infinities must match exactly.
-    Returns a boolean array (True where the element is acceptable).
+    ``|result - expected| <= tol * bound + store_eps * |expected| + store_tiny``, where
+    ``bound`` is ``|alpha| sum |A||B| + |beta| |C|``; the last two terms are the rounding into
+    D's storage type (relative for normal numbers, ``store_tiny``, the subnormal spacing, for
+    tiny ones). A non-finite expectation needs a non-finite result. Returns a boolean array
+    (True where the element is acceptable).
     """
     res = np.asarray(result).astype(np.complex128)
     exp = np.asarray(expected).astype(np.complex128)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(res - exp)
-        ok = diff <= tol * np.asarray(bound, dtype=np.float64) + store_eps * np.abs(exp)
+        ok = diff <= (tol * np.asarray(bound, dtype=np.float64) + store_eps * np.abs(exp)
+                      + store_tiny)
     # NaN and Inf must propagate, but which of the two appears depends on the order of
     # operations (inf - inf is NaN): a non-finite expectation needs a non-finite result.
     finite_res = np.isfinite(res)

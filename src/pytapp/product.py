@@ -253,6 +253,7 @@ class TensorProduct(TappObject):
             magnitude,
             tolerance_factor(spec.rule, n_terms),
             spec.d.datatype.eps,
+            spec.d.datatype.subnormal_spacing,
         )
         if not np.all(ok):
             got = np.asarray(bound.d).astype(np.complex128)

@@ -43,15 +43,24 @@ class TorchPlan:
             real] if rule.is_complex else real
         # Native low precision: both inputs stored in the rounding type itself.
         low = {Datatype.BF16: torch.bfloat16, Datatype.F16: torch.float16}
-        self.native = (
-            rule.input_round in low and not rule.is_complex
-            and spec.a.datatype is rule.input_round and spec.b.datatype is rule.input_round
-        )
-        self.input_dtype = low[rule.input_round] if self.native else self.compute  # type: ignore[index]
+        # Products of two F16 (BF16) numbers are exact in F32 and torch accumulates them in
+        # F32: under DEFAULT and the *_ACCUM_F32 precisions the native matmul is exact up to
+        # its final rounding to the storage type.
+        storage = spec.a.datatype
+        self.native_type: Datatype | None = None
+        # Isolated labels are reduced by torch in the storage type first: not exact.
+        isolated = spec.classes.IA or spec.classes.IB
+        if (storage in low and spec.b.datatype is storage and not rule.is_complex
+                and rule.input_round in (None, storage) and rule.real is Datatype.F32
+                and not isolated):
+            self.native_type = storage
+        self.native = self.native_type is not None
+        self.input_dtype = low[self.native_type] if self.native_type else self.compute
         # torch.einsum may copy both inputs and builds the result before D is written.
         self.workspace_bytes = 16 * (spec.a.size + spec.b.size + 2 * spec.d.size)
         self.algorithm = f"torch.einsum {self.expr!r}" + (
-            f" in {str(self.input_dtype).removeprefix('torch.')}" if self.native else "")
+            f" in {str(self.input_dtype).removeprefix('torch.')} when alpha is 1 and C is "
+            "absent" if self.native else "")
 
     def _tensor(self, x: np.ndarray, spec: OperandSpec, dtype: Any, native: bool = False) -> Any:
         """A torch view of ``x`` in ``dtype``, rounded as the precision says, op applied."""
@@ -97,7 +106,7 @@ class TorchPlan:
         # The native low-precision product is rounded once to its storage type: exact only
         # when that rounding is the final one (D of that type, alpha 1, no C).
         native = (self.native and bound.c is None and bound.alpha == 1
-                  and spec.d.datatype is spec.rule.input_round)
+                  and spec.d.datatype is self.native_type)
         dtype = self.input_dtype if native else self.compute
         a = self._tensor(bound.a, spec.a, dtype, native)
         b = self._tensor(bound.b, spec.b, dtype, native)

@@ -192,7 +192,7 @@ def _check(case: BenchCase, results: dict[str, np.ndarray], fastest: str,
         if res.shape != ref.shape:
             verdicts[name] = f"wrong: shape {res.shape}, expected {ref.shape}"
             continue
-        ok = within_tolerance(res, ref, bound, tol, 2 * dt.eps)
+        ok = within_tolerance(res, ref, bound, tol, 2 * dt.eps, 2 * dt.subnormal_spacing)
         bad = int(ok.size - np.count_nonzero(ok))
         verdicts[name] = "ok" if bad == 0 else (
             f"wrong: {bad} of {ok.size} elements differ from {fastest}")

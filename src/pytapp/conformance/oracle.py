@@ -33,6 +33,7 @@ class Expected:
     original: np.ndarray  # D's parent before the run, in its own dtype
     tol: float
     store_eps: float
+    store_tiny: float
 
 
 def _wide(x: Any) -> np.ndarray:
@@ -159,7 +160,7 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
     )
     return Expected(
         parent, bound_parent, written, data_d.parent.copy(), tolerance_factor(rule, n_terms),
-        dts["D"].eps,
+        dts["D"].eps, dts["D"].subnormal_spacing,
     )
 
 
@@ -189,7 +190,8 @@ def check_result(result_parent: np.ndarray, exp: Expected) -> tuple[bool, str]:
     Elements that D addresses must be within SPEC section 7's tolerance; every other element
     of the allocation must be bit-for-bit unchanged.
     """
-    ok = within_tolerance(result_parent, exp.parent, exp.bound, exp.tol, exp.store_eps)
+    ok = within_tolerance(result_parent, exp.parent, exp.bound, exp.tol, exp.store_eps,
+                          exp.store_tiny)
     ok = np.where(exp.written, ok, _same_bits(result_parent, exp.original))
     if np.all(ok):
         return True, ""
