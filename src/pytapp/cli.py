@@ -230,6 +230,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 1 if wrong else 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytapp.bench import report
+
+    try:
+        result = report.from_json(json.loads(Path(args.json_file).read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot read {args.json_file}: {exc}", file=sys.stderr)
+        return 2
+    _print_table(result)
+    if args.plot:
+        report.write_plot(result, args.plot)
+        print(f"wrote {args.plot}")
+    if args.markdown:
+        report.write_markdown(result, args.markdown,
+                              Path(args.plot).name if args.plot else None)
+        print(f"wrote {args.markdown}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import runpy
     from pathlib import Path
@@ -284,6 +305,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a PNG bar chart")
     p.add_argument("--markdown", help="write a Markdown report")
     p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("report", help="redraw table, plot and Markdown from a bench JSON file")
+    p.add_argument("json_file", help="a file written by pytapp bench --json")
+    p.add_argument("--plot", help="write a PNG bar chart")
+    p.add_argument("--markdown", help="write a Markdown report")
+    p.set_defaults(func=_cmd_report)
     p = sub.add_parser("demo", help="run the worked examples and the quick benchmark")
     p.set_defaults(func=_cmd_demo)
     return parser

@@ -109,3 +109,15 @@ def test_cli_bench_exit_codes(tmp_path: Path) -> None:
     assert main(["bench", "--suite", "small", "--case", "no-such-case"]) == 2
     assert main(["bench", "--suite", "small", "--peers", "fortran"]) == 2
     assert main(["bench", "--suite", "small", "--backend", "nope"]) == 2
+
+
+def test_report_from_json_round_trip(tmp_path: Path) -> None:
+    result = run_bench(TINY[:2], peers=["numpy"], repeats=1, measure_peaks=False)
+    path = tmp_path / "run.json"
+    report.write_json(result, path)
+    again = report.from_json(json.loads(path.read_text()))
+    assert report.to_json(again)["cases"] == report.to_json(result)["cases"]
+    assert main(["report", str(path), "--plot", str(tmp_path / "p.png"), "--markdown",
+                 str(tmp_path / "p.md")]) == 0
+    assert (tmp_path / "p.png").exists() and (tmp_path / "p.md").exists()
+    assert main(["report", str(tmp_path / "missing.json")]) == 2

@@ -18,8 +18,8 @@ from typing import Any
 
 from pytapp.bench.harness import BenchResult, Measurement
 
-__all__ = ["names", "table_rows", "table_text", "to_json", "write_json", "write_markdown",
-           "write_plot"]
+__all__ = ["from_json", "names", "table_rows", "table_text", "to_json", "write_json",
+           "write_markdown", "write_plot"]
 
 
 def names(result: BenchResult) -> list[str]:
@@ -157,7 +157,7 @@ def write_plot(result: BenchResult, path: str | Path) -> None:
 
     cols = names(result)
     cases = [c.case.name for c in result.cases]
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.55 * len(cases) * len(cols) / 2), 5.0))
+    fig, ax = plt.subplots(figsize=(min(18.0, max(8.0, 0.75 * len(cases))), 6.0))
     width = 0.8 / max(len(cols), 1)
     for i, name in enumerate(cols):
         values = []
@@ -171,7 +171,30 @@ def write_plot(result: BenchResult, path: str | Path) -> None:
     ax.set_xticklabels(cases, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("speed / best peer (higher is faster)")
     ax.set_title(f"pytapp bench --suite {result.suite}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=min(len(cols), 4))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def from_json(data: dict[str, Any]) -> BenchResult:
+    """Rebuild a :class:`BenchResult` from :func:`to_json`'s record (to redraw reports)."""
+    from pytapp.bench.cases import BenchCase
+    from pytapp.bench.harness import CaseResult
+
+    def num(x: Any) -> float:
+        return math.nan if x is None else float(x)
+
+    result = BenchResult(data["suite"], data["environment"], data["peaks"])
+    for c in data["cases"]:
+        case = BenchCase(c["name"], c["domain"], c["einsum"], c["extents"], c["dtype"],
+                         c.get("note", ""))
+        cr = CaseResult(case, attainable_gflops=num(c.get("attainable_gflops")),
+                        bound=c.get("bound", ""))
+        for name, m in c["results"].items():
+            cr.measurements[name] = Measurement(
+                name, m["kind"], m["verdict"], num(m["median_s"]), num(m["min_s"]),
+                m["repeats"], num(m["gflops"]), num(m["ratio_to_best_peer"]),
+                num(m["roofline_pct"]), m["peak_extra_bytes"], m["algorithm"])
+        result.cases.append(cr)
+    return result
