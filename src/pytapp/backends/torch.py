@@ -110,7 +110,9 @@ class TorchPlan:
         dtype = self.input_dtype if native else self.compute
         a = self._tensor(bound.a, spec.a, dtype, native)
         b = self._tensor(bound.b, spec.b, dtype, native)
-        r = torch.einsum(self.expr, a, b).to(self.compute)
+        r = torch.einsum(self.expr, a, b)
+        if not native:  # the native result is already final (and in D's type)
+            r = r.to(self.compute)
         if bound.alpha != 1:
             r = r * torch.tensor(complex(bound.alpha) if r.is_complex() else float(bound.alpha),
                                  dtype=self.compute)
@@ -128,8 +130,9 @@ class TorchPlan:
         return status
 
     def _store(self, d: np.ndarray, r: Any) -> None:
+        """Copy (and round) ``r`` into D's memory, in place."""
         torch = self.torch
-        if any(s < 0 for s in d.strides) or d.dtype.name == "bfloat16":
+        if any(s < 0 for s in d.strides):  # torch has no negative strides: go through NumPy
             host = r.to("cpu")
             if d.dtype.name == "bfloat16":
                 bits = host.to(torch.bfloat16).view(torch.int16).numpy()
@@ -137,7 +140,10 @@ class TorchPlan:
             else:
                 np.copyto(d, host.numpy(), casting="unsafe")
             return
-        torch.from_numpy(d).copy_(r)
+        if d.dtype.name == "bfloat16":
+            torch.from_numpy(d.view(np.int16)).view(torch.bfloat16).copy_(r)
+        else:
+            torch.from_numpy(d).copy_(r)
 
 
 class TorchBackend:
