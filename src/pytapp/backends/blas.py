@@ -102,8 +102,8 @@ class BlasPlan:
         self.rounding = rule.input_round
         a, b, d = spec.a, spec.b, spec.d
         self.h = _order(cls.H, d)
-        self.fa = _order(cls.FA, _larger(a, d))
-        self.fb = _order(cls.FB, _larger(b, d))
+        self.fa = _order(cls.FA, _larger(d, a))  # ties: D, so that D can be written in place
+        self.fb = _order(cls.FB, _larger(d, b))
         self.p = _order(cls.P, _larger(a, b))
         ext = spec.extent
         self.h_shape = tuple(ext(x) for x in self.h)
