@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 Progress = Callable[[str, int, int], None]
+#: Pause before timing each contender, so that idle threads of the previous one stop spinning.
+SETTLE_SECONDS = 0.3
 
 
 @dataclass
@@ -247,6 +249,9 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
             out.measurements[name] = Measurement(name, "?", f"n/a: {exc}")
     results: dict[str, np.ndarray] = {}
     for c in contenders:
+        # Worker threads of the previous library (OpenBLAS, OpenMP) spin for a while after
+        # their last call and would steal the cores from this one: let them go idle first.
+        time.sleep(SETTLE_SECONDS)
         try:
             times = time_call(c.call, warmup=1, repeats=repeats)
             results[c.name] = c.result(c.call())

@@ -134,7 +134,8 @@ def write_markdown(result: BenchResult, path: str | Path, plot: str | None = Non
         "time / backend's median time (above 1 is faster than every peer); % roof = share of "
         "the roofline (measured GEMM peak or copy bandwidth times arithmetic intensity).",
         "Backends write into a preallocated D; numpy, opt_einsum and torch return new arrays; "
-        "tblis writes into a preallocated output.",
+        "tblis writes into a preallocated output. Each contender is timed after a 0.3 s pause, "
+        "so that the spinning worker threads of the previous library do not share its cores.",
         "",
     ]
     if plot:
