@@ -209,7 +209,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     callback, bar = _progress_printer()
     with bar:
         result = run_bench(cases, backends=args.backend, peers=args.peers, threads=args.threads,
-                           repeats=args.repeats, suite=args.suite, progress=callback)
+                           repeats=args.repeats, suite=args.suite, progress=callback,
+                           min_seconds=args.min_seconds)
     _print_table(result)
     if args.json:
         report.write_json(result, args.json)
@@ -296,7 +297,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--case", nargs="+", help="only cases whose name contains one of these")
     p.add_argument("--dtype", nargs="+", help="only these dtypes (f32 f64 c64 c128 f16 bf16)")
     p.add_argument("--threads", type=int, help="threads for every library (default: all)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per contender")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per contender (least)")
+    p.add_argument("--min-seconds", type=float, default=0.5,
+                   help="keep timing a contender (up to 50 calls) until this much time is spent")
     p.add_argument("--size", type=float, default=1.0, help="scale every extent by this")
     p.add_argument("--generate", nargs="+", metavar="DOMAIN",
                    help="add randomized cases of these domains")

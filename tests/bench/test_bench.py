@@ -47,6 +47,11 @@ def test_time_call_counts() -> None:
     calls = []
     times = time_call(lambda: calls.append(1), warmup=2, repeats=3)
     assert len(times) == 3 and len(calls) == 5 and all(t >= 0 for t in times)
+    # Fast calls are repeated until min_seconds are spent (up to max_repeats).
+    import time
+
+    times = time_call(lambda: time.sleep(0.002), repeats=2, min_seconds=0.05, max_repeats=100)
+    assert 10 <= len(times) <= 40
 
 
 def _wrong(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:

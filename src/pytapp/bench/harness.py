@@ -106,16 +106,19 @@ class BenchResult:
 
 
 def time_call(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5,
-              max_seconds: float = 3.0) -> list[float]:
-    """Wall times (s) of ``repeats`` calls after ``warmup`` calls, with ``perf_counter_ns``.
+              max_seconds: float = 3.0, min_seconds: float = 0.0,
+              max_repeats: int = 50) -> list[float]:
+    """Wall times (s) of timed calls after ``warmup`` calls, with ``perf_counter_ns``.
 
-    Stops early (after at least 2 timed calls) once ``max_seconds`` of timed calls are spent.
+    At least ``repeats`` calls (fewer, but at least 2, once ``max_seconds`` are spent), and
+    more, up to ``max_repeats``, until ``min_seconds`` are spent: fast calls get enough
+    repeats for a stable median.
     """
     for _ in range(warmup):
         fn()
     times: list[float] = []
     spent = 0.0
-    for _ in range(repeats):
+    while len(times) < max(repeats, 1) or (spent < min_seconds and len(times) < max_repeats):
         start = time.perf_counter_ns()
         fn()
         elapsed = (time.perf_counter_ns() - start) / 1e9
@@ -230,7 +233,8 @@ def _thread_scope(threads: int | None) -> ExitStack:
 
 def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
              peaks: dict[str, Any], repeats: int, threads: int | None,
-             extra: dict[str, Callable[..., Contender]] | None = None) -> CaseResult:
+             extra: dict[str, Callable[..., Contender]] | None = None,
+             min_seconds: float = 0.0) -> CaseResult:
     """Time every contender on ``case`` and judge every result."""
     out = CaseResult(case)
     a, b, d = case.arrays(seed=zlib.crc32(case.name.encode()))
@@ -253,7 +257,7 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
         # their last call and would steal the cores from this one: let them go idle first.
         time.sleep(SETTLE_SECONDS)
         try:
-            times = time_call(c.call, warmup=1, repeats=repeats)
+            times = time_call(c.call, warmup=1, repeats=repeats, min_seconds=min_seconds)
             results[c.name] = c.result(c.call())
         except Exception as exc:
             out.measurements[c.name] = Measurement(c.name, c.kind, f"n/a: failed: {exc}")
@@ -288,7 +292,7 @@ def run_bench(cases: Sequence[BenchCase], backends: Sequence[str] = ("blas",),
               threads: int | None = None, repeats: int = 5, suite: str = "custom",
               progress: Progress | None = None, measure_peaks_: bool = True,
               extra: dict[str, Callable[..., Contender]] | None = None,
-              **kwargs: Any) -> BenchResult:
+              min_seconds: float = 0.0, **kwargs: Any) -> BenchResult:
     """Run ``cases`` for every backend and peer; see :class:`BenchResult`.
 
     ``extra`` adds contenders built by callables ``(case, a, b, d) -> Contender`` (tests use
@@ -302,7 +306,8 @@ def run_bench(cases: Sequence[BenchCase], backends: Sequence[str] = ("blas",),
         for i, case in enumerate(cases):
             if progress is not None:
                 progress(case.name, i, len(cases))
-            result.cases.append(run_case(case, backends, peers, peaks, repeats, threads, extra))
+            result.cases.append(run_case(case, backends, peers, peaks, repeats, threads, extra,
+                                         min_seconds))
         if progress is not None:
             progress("done", len(cases), len(cases))
     return result
