@@ -25,6 +25,8 @@ def tiny_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(blas, "BLOCK_BYTES", 1 << 10)
     monkeypatch.setattr(blas, "MIN_BLOCK_ROWS", 1)
     monkeypatch.setattr(threads, "MIN_BYTES", 0)
+    monkeypatch.setattr(blas, "SPLIT_MIN_FLOPS", 0)
+    monkeypatch.setattr(blas, "SPLIT_MIN_TOTAL", 0)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +59,15 @@ def test_blocked_ttgt_is_chosen_and_correct(tiny_thresholds: None) -> None:
     algorithm = _run("bdai,kjcd->abcijk", a, b, d)
     assert "blocked" in algorithm
     np.testing.assert_allclose(d, np.einsum("bdai,kjcd->abcijk", a, b), rtol=1e-12)
+
+
+def test_batch_split_across_threads(tiny_thresholds: None) -> None:
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((6, 5, 7, 4)), rng.standard_normal((6, 5, 4, 3))
+    d = np.zeros((6, 5, 7, 3))
+    algorithm = _run("hgik,hgkj->hgij", a, b, d)
+    assert "batch split" in algorithm
+    np.testing.assert_allclose(d, np.einsum("hgik,hgkj->hgij", a, b), rtol=1e-12)
 
 
 def test_threads_do_not_change_results(tiny_thresholds: None) -> None:

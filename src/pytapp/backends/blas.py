@@ -27,7 +27,12 @@ from pytapp.analysis.layout import fusable, order_by_stride
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.base import Capabilities
 from pytapp.backends.reference import ReferencePlan
-from pytapp.backends.threads import parallel_copyto, parallel_map, parallel_multiply
+from pytapp.backends.threads import (
+    parallel_copyto,
+    parallel_map,
+    parallel_matmul,
+    parallel_multiply,
+)
 from pytapp.datatypes import Datatype
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct, same_layout
@@ -42,6 +47,11 @@ BLOCK_BYTES = 1 << 24
 MAX_BLOCKS = 4096
 #: Fewest rows of one block's GEMM.
 MIN_BLOCK_ROWS = 64
+#: Batched GEMMs are split across threads (one BLAS thread each) when each GEMM has between
+#: SPLIT_MIN_FLOPS and SPLIT_MAX_FLOPS and the whole batch at least SPLIT_MIN_TOTAL.
+SPLIT_MIN_FLOPS = 1 << 20
+SPLIT_MAX_FLOPS = 1 << 26
+SPLIT_MIN_TOTAL = 1 << 25
 
 #: Real storage types that a rounding type represents exactly (no rounding pass needed).
 _EXACT_IN = {
@@ -154,6 +164,15 @@ class BlasPlan:
         self.algorithm = f"{name} [{detail}]" + (f" ({'; '.join(extras)})" if extras else "")
         self._kernel = {"gemm": self._gemm, "elementwise": self._elementwise,
                         "dot": self._dot}[self.kind]
+        # Many small GEMMs: split the batch across threads, one BLAS thread each.
+        per_gemm = 2 * self.m * self.n * self.k
+        self.split_batches = (
+            self.kind == "gemm" and len(self.h) > 0 and self.h_shape[0] >= 2
+            and SPLIT_MIN_FLOPS <= per_gemm <= SPLIT_MAX_FLOPS
+            and per_gemm * prod(self.h_shape) >= SPLIT_MIN_TOTAL
+        )
+        if self.split_batches:
+            self.algorithm += " (batch split across threads)"
         self.block = self._plan_blocks(first, second)
         if self.block is not None:
             self.algorithm += (f" (blocked over {self.block[0]} slices when D is not written "
@@ -297,6 +316,12 @@ class BlasPlan:
         if out is None and self.block is not None:
             self._gemm_blocked(left, right, bound, threads)
             return None, "done", ca + cb
+        if self.split_batches:
+            direct = out is not None
+            if out is None:
+                out = np.empty(shape, dtype=self.compute)
+            parallel_matmul(left, right, out, threads)
+            return out, "direct" if direct else "temp", ca + cb
         result = np.matmul(left, right, out=out)
         return result, "direct" if out is not None else "temp", ca + cb
 

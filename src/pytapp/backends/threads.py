@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_multiply"]
+__all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmul",
+           "parallel_multiply"]
 
 #: Below this many bytes of output an operation runs on the calling thread.
 MIN_BYTES = 1 << 22
@@ -106,3 +107,38 @@ def parallel_multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray,
                       threads: int | None = None, min_bytes: int | None = None) -> None:
     """``np.multiply(a, b, out=out)`` split across threads (a and b broadcast to out)."""
     parallel_map(out, (a, b), threads, min_bytes, lambda o, x, y: np.multiply(x, y, out=o))
+
+
+_controller: Any = None
+
+
+def _blas_single_thread() -> Any:
+    """Context limiting the BLAS pools to one thread (process-wide, while it lasts)."""
+    global _controller
+    with _lock:
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            _controller = ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")
+
+
+def parallel_matmul(left: np.ndarray, right: np.ndarray, out: np.ndarray,
+                    threads: int | None = None) -> None:
+    """Batched ``np.matmul(left, right, out=out)`` with the batch split across threads.
+
+    NumPy runs a batch of GEMMs one after the other, each on every BLAS thread; for many
+    small GEMMs it is faster to give each thread whole GEMMs with a single-threaded BLAS.
+    """
+    n = threads or default_threads()
+    if n <= 1 or out.ndim < 3 or out.shape[0] < 2:
+        np.matmul(left, right, out=out)
+        return
+
+    def cut(x: np.ndarray, s: slice) -> np.ndarray:
+        return x if x.ndim < out.ndim or x.shape[0] == 1 else x[s]
+
+    slabs = _slabs(out.shape[0], n)
+    with _blas_single_thread():
+        list(_executor(n).map(lambda s: np.matmul(cut(left, s), cut(right, s), out=out[s]),
+                              slabs))
