@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.analysis.layout import fusable, order_by_stride
+from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
+from pytapp.analysis.ttgt import gemm_layout
 from pytapp.backends.base import Capabilities
 from pytapp.backends.reference import ReferencePlan
 from pytapp.backends.threads import (
@@ -82,16 +83,6 @@ def _blasable(x: np.ndarray) -> bool:
     )
 
 
-def _larger(x: OperandSpec, y: OperandSpec) -> OperandSpec:
-    return x if x.size >= y.size else y
-
-
-def _order(labels: Sequence[Label], by: OperandSpec) -> list[Label]:
-    """``labels`` outermost first, as they lie in operand ``by``."""
-    strides = dict(zip(by.modes.labels, by.modes.strides, strict=True))
-    return [x for x in order_by_stride(list(labels), [strides[x] for x in labels])]
-
-
 class BlasPlan:
     """Everything decided once: label orders, permutations, kernel, direct output."""
 
@@ -111,38 +102,14 @@ class BlasPlan:
         )
         self.rounding = rule.input_round
         a, b, d = spec.a, spec.b, spec.d
-        self.h = _order(cls.H, d)
-        self.fa = _order(cls.FA, _larger(d, a))  # ties: D, so that D can be written in place
-        self.fb = _order(cls.FB, _larger(d, b))
-        self.p = _order(cls.P, _larger(a, b))
-        ext = spec.extent
-        self.h_shape = tuple(ext(x) for x in self.h)
-        self.m, self.n, self.k = (prod(ext(x) for x in g) for g in (self.fa, self.fb, self.p))
-        if not self.p:
-            self.kind = "elementwise"
-        elif not self.fa and not self.fb:
-            self.kind = "dot"
-        else:
-            self.kind = "gemm"
-        # Swap to compute D^T = B^T A^T when D's FB modes lie outside its FA modes.
-        d_strides = dict(zip(d.modes.labels, d.modes.strides, strict=True))
-        self.swap = bool(
-            self.kind == "gemm" and self.fa and self.fb
-            and min(abs(d_strides[x]) for x in self.fa) < min(abs(d_strides[x]) for x in self.fb)
-        )
-        first, second = (self.fb, self.fa) if self.swap else (self.fa, self.fb)
-        self.d_target = [*self.h, *first, *second]
-        self.d_perm = tuple(d.modes.labels.index(x) for x in [*self.d_target, *cls.IC])
-        self.ic = len(cls.IC)
-        self.result_shape = tuple(ext(x) for x in self.d_target)
-        self.a_reduce = tuple(a.modes.labels.index(x) for x in cls.IA)
-        self.b_reduce = tuple(b.modes.labels.index(x) for x in cls.IB)
-        a_rest = [x for x in a.modes.labels if x not in cls.IA]
-        b_rest = [x for x in b.modes.labels if x not in cls.IB]
-        a_target = [*self.h, *self.fa, *self.p]
-        b_target = [*self.h, *self.p, *self.fb]
-        self.a_perm = tuple(a_rest.index(x) for x in a_target)
-        self.b_perm = tuple(b_rest.index(x) for x in b_target)
+        lay = gemm_layout(spec)
+        self.kind, self.h, self.fa, self.fb, self.p = lay.kind, lay.h, lay.fa, lay.fb, lay.p
+        self.h_shape, self.m, self.n, self.k = lay.h_shape, lay.m, lay.n, lay.k
+        self.swap, self.d_target, self.d_perm, self.ic = lay.swap, lay.d_target, lay.d_perm, lay.ic
+        self.result_shape = lay.result_shape
+        self.a_reduce, self.b_reduce = lay.a_reduce, lay.b_reduce
+        self.a_perm, self.b_perm = lay.a_perm, lay.b_perm
+        first, second = lay.first, lay.second
         self.direct_ok = (
             d.datatype.numpy_dtype == self.compute and not cls.IC
         )
@@ -179,11 +146,11 @@ class BlasPlan:
                                "directly)")
         self.workspace_bytes = self._workspace(first, second)
 
-    def _workspace(self, first: list[Label], second: list[Label]) -> int:
+    def _workspace(self, first: Sequence[Label], second: Sequence[Label]) -> int:
         """Upper bound of the temporaries of one execution (bytes), from the layouts."""
         spec, item = self.spec, self.compute.itemsize
 
-        def in_place(op: OperandSpec, groups: list[list[Label]], plain: bool) -> bool:
+        def in_place(op: OperandSpec, groups: list[Sequence[Label]], plain: bool) -> bool:
             strides = dict(zip(op.modes.labels, op.modes.strides, strict=True))
             return plain and all(
                 fusable([spec.extent(x) for x in g], [strides[x] for x in g]) for g in groups)
@@ -195,7 +162,7 @@ class BlasPlan:
             copied += spec.b.size * item
         total = copied
         d_size = prod(spec.extent(x) for x in self.d_target)
-        groups = [first, second] if self.kind == "gemm" else [self.d_target]
+        groups: list[Sequence[Label]] = [first, second] if self.kind == "gemm" else [self.d_target]
         d_direct = self.direct_ok and in_place(spec.d, groups, True)
         if not d_direct:
             total += BLOCK_BYTES if self.block is not None else d_size * item
@@ -206,7 +173,9 @@ class BlasPlan:
                         "k": self.k, "copy_bytes": copied, "d_direct": d_direct}
         return int(total)
 
-    def _plan_blocks(self, first: list[Label], second: list[Label]) -> tuple[int, int] | None:
+    def _plan_blocks(
+        self, first: Sequence[Label], second: Sequence[Label]
+    ) -> tuple[int, int] | None:
         """(number of blocks, leading modes looped over) for blocked TTGT, or None.
 
         When the GEMM cannot write D in place, the result goes through a temporary; computing
