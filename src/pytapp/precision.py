@@ -28,6 +28,7 @@ __all__ = [
     "Prectype",
     "as_prectype",
     "compute_rule",
+    "tiny_floor",
     "tolerance_factor",
     "within_tolerance",
 ]
@@ -120,6 +121,16 @@ def compute_rule(prec: Prectype, datatypes: Iterable[Datatype]) -> ComputeRule:
         return ComputeRule(prec, None, wide, is_complex)
     rounding, real = _TABLE[prec]
     return ComputeRule(prec, rounding, real, is_complex)
+
+
+def tiny_floor(rule: ComputeRule, n_terms: int, storage: Datatype) -> float:
+    """Absolute error allowed for results in the subnormal range.
+
+    Every rounding in the compute type, and the final one into D's type, may lose up to the
+    spacing of that type's subnormal numbers, which the relative terms of SPEC section 7 do
+    not cover.
+    """
+    return storage.subnormal_spacing + rule.real.subnormal_spacing * (max(n_terms, 0) + 4)
 
 
 def tolerance_factor(rule: ComputeRule, n_terms: int) -> float:

@@ -38,7 +38,7 @@ from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.executor import Executor, default_memory_limit
 from pytapp.handle import Handle
 from pytapp.operands import Binder, BoundProduct, byte_span
-from pytapp.precision import Prectype, tolerance_factor, within_tolerance
+from pytapp.precision import Prectype, tiny_floor, tolerance_factor, within_tolerance
 from pytapp.status import Status
 from pytapp.tensor import TensorInfo
 
@@ -253,7 +253,7 @@ class TensorProduct(TappObject):
             magnitude,
             tolerance_factor(spec.rule, n_terms),
             spec.d.datatype.eps,
-            spec.d.datatype.subnormal_spacing,
+            tiny_floor(spec.rule, n_terms, spec.d.datatype),
         )
         if not np.all(ok):
             got = np.asarray(bound.d).astype(np.complex128)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from math import prod
 from typing import Any
 
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
+from pytapp.analysis.ttgt import gemm_layout
 from pytapp.backends.base import ALL_DATATYPES, Capabilities
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
@@ -35,8 +37,6 @@ class TorchPlan:
         in_inputs = [x for x in spec.d.modes.labels if x not in cls.IC]
         a, b, d = einsum_words(spec, "torch", in_inputs)
         self.expr = f"{a},{b}->{d}"
-        # Where the broadcast (D-only) axes go: result axes are D's labels without them.
-        self.expand = [x in cls.IC for x in spec.d.modes.labels]
         rule = spec.rule
         real = {Datatype.F32: torch.float32, Datatype.F64: torch.float64}[rule.real]
         self.compute = {torch.float32: torch.complex64, torch.float64: torch.complex128}[
@@ -58,13 +58,34 @@ class TorchPlan:
         self.input_dtype = low[self.native_type] if self.native_type else self.compute
         # torch.einsum may copy both inputs and builds the result before D is written.
         self.workspace_bytes = 16 * (spec.a.size + spec.b.size + 2 * spec.d.size)
-        self.algorithm = f"torch.einsum {self.expr!r}" + (
+        self.layout = gemm_layout(spec)
+        labels = spec.d.modes.labels
+        self.ic = len(cls.IC)
+        # The einsum result has D's labels without the broadcast ones; those come last.
+        self.einsum_perm = tuple(
+            [i for i, x in enumerate(labels) if x not in cls.IC]
+            + [i for i, x in enumerate(labels) if x in cls.IC])
+        lay = self.layout
+        what = (f"torch.matmul [h={prod(lay.h_shape)}, m={lay.m}, n={lay.n}, k={lay.k}]"
+                if lay.kind == "gemm" else f"torch.einsum {self.expr!r}")
+        self.algorithm = what + (
             f" in {str(self.input_dtype).removeprefix('torch.')} when alpha is 1 and C is "
             "absent" if self.native else "")
 
     def _tensor(self, x: np.ndarray, spec: OperandSpec, dtype: Any, native: bool = False) -> Any:
         """A torch view of ``x`` in ``dtype``, rounded as the precision says, op applied."""
         torch = self.torch
+        rule = self.spec.rule
+        if rule.input_round is not None and not native and spec.datatype.real is not (
+                rule.input_round):
+            # Rounded by NumPy/ml_dtypes in one step, like the reference (torch rounds F64 to
+            # F16 through F32, which differs in rare ties).
+            r = rule.input_round.numpy_dtype
+            if spec.datatype.is_complex:
+                parts = np.stack([x.real.astype(r), x.imag.astype(r)], axis=-1)
+                x = parts.astype(np.float32).view(np.complex64)[..., 0]
+            else:
+                x = x.astype(r)
         if any(s < 0 for s in x.strides):
             x = np.array(x, order="C", copy=True)  # also for extent-1 modes
         if not x.flags.writeable:  # torch wants writable memory; it only reads it here
@@ -73,27 +94,10 @@ class TorchPlan:
             t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
         else:
             t = torch.from_numpy(x)
-        rule = self.spec.rule
-        if rule.input_round is not None and not native:
-            low = rule.input_round.numpy_dtype.name
-            target = {"bfloat16": torch.bfloat16, "float16": torch.float16,
-                      "float32": torch.float32, "float64": torch.float64}[low]
-            if t.is_complex():
-                parts = torch.view_as_real(t.to(self._complex_of(t.dtype)))
-                t = torch.view_as_complex(parts.to(target).to(self._real(dtype)).contiguous())
-            else:
-                t = t.to(target)
         t = t.to(device=self.device, dtype=dtype)
         if spec.conjugate and spec.datatype.is_complex:
             t = t.conj()
         return t
-
-    def _real(self, dtype: Any) -> Any:
-        torch = self.torch
-        return {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
-
-    def _complex_of(self, dtype: Any) -> Any:
-        return dtype
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Compute D in place of ``bound.d``."""
@@ -110,40 +114,81 @@ class TorchPlan:
         dtype = self.input_dtype if native else self.compute
         a = self._tensor(bound.a, spec.a, dtype, native)
         b = self._tensor(bound.b, spec.b, dtype, native)
-        r = torch.einsum(self.expr, a, b)
+        if self.layout.kind == "gemm":
+            r, perm = self._matmul(a, b, bound)
+            if r is None:
+                return status  # written into D directly
+        else:
+            r, perm = torch.einsum(self.expr, a, b), self.einsum_perm
         if not native:  # the native result is already final (and in D's type)
             r = r.to(self.compute)
         if bound.alpha != 1:
             r = r * torch.tensor(complex(bound.alpha) if r.is_complex() else float(bound.alpha),
                                  dtype=self.compute)
-        shape = [1 if ic else n for ic, n in zip(self.expand, bound.d.shape, strict=True)]
-        r = r.reshape(shape).expand(bound.d.shape) if bound.d.ndim else r.reshape(())
+        d = bound.d.transpose(perm)
+        r = r.reshape(tuple(r.shape) + (1,) * self.ic).expand(d.shape)
         if bound.c is not None:
-            c = self._tensor(bound.c, spec.c, self.compute)
+            c = self._tensor(bound.c, spec.c, self.compute).permute(perm)
             beta = complex(bound.beta) if c.is_complex() else float(bound.beta)
             r = r + c * torch.tensor(beta, dtype=self.compute)
         if spec.d.conjugate and r.is_complex():
             r = r.conj()
         if r.is_complex() and not spec.d.datatype.is_complex:
             r = r.real
-        self._store(bound.d, r.resolve_conj())
+        self._store(d, r.resolve_conj())
         return status
+
+    def _d_tensor(self, d: np.ndarray) -> Any:
+        """D's memory as a torch tensor (None when torch cannot view it: negative strides)."""
+        torch = self.torch
+        if any(s < 0 for s in d.strides):
+            return None
+        if d.dtype.name == "bfloat16":
+            return torch.from_numpy(d.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(d)
+
+    def _matmul(self, a: Any, b: Any, bound: BoundProduct) -> tuple[Any, tuple[int, ...]]:
+        """GEMM on the TTGT layout; (None, ()) when the result went straight into D."""
+        torch, lay, spec = self.torch, self.layout, self.spec
+        if lay.a_reduce:
+            a = a.sum(dim=lay.a_reduce)
+        if lay.b_reduce:
+            b = b.sum(dim=lay.b_reduce)
+        h, m, n, k = lay.h_shape, lay.m, lay.n, lay.k
+        a = a.permute(lay.a_perm).reshape(*h, m, k)
+        b = b.permute(lay.b_perm).reshape(*h, k, n)
+        if lay.swap:
+            left, right, shape = b.transpose(-1, -2), a.transpose(-1, -2), (*h, n, m)
+        else:
+            left, right, shape = a, b, (*h, m, n)
+        d = self._d_tensor(bound.d) if bound.c is None and not lay.ic else None
+        out = None
+        if d is not None and d.dtype == left.dtype:
+            try:
+                out = d.permute(lay.d_perm).view(shape)
+            except RuntimeError:  # D's layout does not fuse into the GEMM's matrices
+                out = None
+        if out is not None and (out.dim() < 2 or out.stride(-1) == 1 or out.shape[-1] == 1):
+            torch.matmul(left, right, out=out)
+            if bound.alpha != 1:
+                out.mul_(complex(bound.alpha) if out.is_complex() else float(bound.alpha))
+            if spec.d.conjugate and out.is_complex():
+                torch.conj_physical(out, out=out)
+            return None, ()
+        return torch.matmul(left, right).reshape(lay.result_shape), lay.d_perm
 
     def _store(self, d: np.ndarray, r: Any) -> None:
         """Copy (and round) ``r`` into D's memory, in place."""
         torch = self.torch
-        if any(s < 0 for s in d.strides):  # torch has no negative strides: go through NumPy
-            host = r.to("cpu")
-            if d.dtype.name == "bfloat16":
-                bits = host.to(torch.bfloat16).view(torch.int16).numpy()
-                np.copyto(d.view(np.int16), bits)
-            else:
-                np.copyto(d, host.numpy(), casting="unsafe")
+        target = self._d_tensor(d)
+        if target is not None:
+            target.copy_(r)
             return
+        host = r.to("cpu")  # torch has no negative strides: go through NumPy
         if d.dtype.name == "bfloat16":
-            torch.from_numpy(d.view(np.int16)).view(torch.bfloat16).copy_(r)
+            np.copyto(d.view(np.int16), host.to(torch.bfloat16).view(torch.int16).numpy())
         else:
-            torch.from_numpy(d).copy_(r)
+            np.copyto(d, host.numpy(), casting="unsafe")
 
 
 class TorchBackend:

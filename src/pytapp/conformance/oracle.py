@@ -16,7 +16,7 @@ import numpy as np
 
 from pytapp.conformance.instance import Instance, OperandData
 from pytapp.datatypes import Datatype, ElementOp
-from pytapp.precision import compute_rule, tolerance_factor, within_tolerance
+from pytapp.precision import compute_rule, tiny_floor, tolerance_factor, within_tolerance
 
 __all__ = ["Expected", "check_result", "expected_result"]
 
@@ -160,7 +160,7 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
     )
     return Expected(
         parent, bound_parent, written, data_d.parent.copy(), tolerance_factor(rule, n_terms),
-        dts["D"].eps, dts["D"].subnormal_spacing,
+        dts["D"].eps, tiny_floor(rule, n_terms, dts["D"]),
     )
 
 
