@@ -83,8 +83,10 @@ def _remember(key: str, name: str) -> None:
                 pass
 
 
-#: Contraction sizes from which MKL's GEMM (through torch) beats NumPy's OpenBLAS here.
-TORCH_MIN_K = 768
+#: GEMMs from which MKL (through torch) beats NumPy's OpenBLAS here: contraction size and
+#: multiply-adds.
+TORCH_MIN_K = 256
+TORCH_MIN_MACS = 1 << 27
 #: Small contraction sizes where TBLIS (no explicit transposition) beats TTGT ...
 TBLIS_MAX_K = 64
 #: ... when TTGT would copy this many bytes, or cannot write D directly.
@@ -107,8 +109,9 @@ def model_choice(spec: ContractionSpec, capable: list[str],
         return "torch"
     p = profile or {}
     kind = p.get("kind")
-    if kind == "gemm" and "torch" in capable and p.get("h") == 1 and p.get("k", 0) >= \
-            TORCH_MIN_K:
+    macs = p.get("h", 1) * p.get("m", 0) * p.get("n", 0) * p.get("k", 0)
+    if (kind == "gemm" and "torch" in capable and p.get("h") == 1
+            and p.get("k", 0) >= TORCH_MIN_K and macs >= TORCH_MIN_MACS):
         return "torch"
     if "tblis" in capable and (
         (kind == "gemm" and p.get("k", 0) <= TBLIS_MAX_K
