@@ -1,8 +1,11 @@
-"""The ``torch`` backend: products run by ``torch.einsum`` (extra ``torch``, torch==2.13.0).
+"""The ``torch`` backend: products run by torch (extra ``torch``, torch==2.13.0).
 
-NumPy arrays and CPU torch tensors (through DLPack) are viewed without copying; the result is
-written into D in place. BF16BF16_ACCUM_F32 and F16F16_ACCUM_F32 on BF16/F16 storage use torch's
-native low-precision matmul (AMX/AVX-512 where the CPU has them), which accumulates in F32.
+GEMM-shaped products use the TTGT layout shared with ``blas`` (``analysis.ttgt``) and
+``torch.matmul`` (MKL on x86), written straight into D when its layout allows; Hadamard, outer
+and dot products go through ``torch.einsum``. NumPy arrays and CPU torch tensors (through
+DLPack) are viewed without copying and the result is written into D in place. Products of F16
+(BF16) inputs use torch's native low-precision matmul, which accumulates in F32, when its
+rounding is the final one.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ __all__ = ["TorchBackend", "TorchPlan"]
 
 
 class TorchPlan:
-    """``torch.einsum`` on the merged (diagonal) views, then alpha, beta, C and op_D."""
+    """``torch.matmul`` or ``torch.einsum`` on the merged (diagonal) views, then the epilogue."""
 
     def __init__(self, spec: ContractionSpec, torch: Any, device: str) -> None:
         self.spec, self.torch, self.device = spec, torch, device
