@@ -126,3 +126,13 @@ def test_report_from_json_round_trip(tmp_path: Path) -> None:
                  str(tmp_path / "p.md")]) == 0
     assert (tmp_path / "p.png").exists() and (tmp_path / "p.md").exists()
     assert main(["report", str(tmp_path / "missing.json")]) == 2
+
+
+def test_bench_and_check_a_c_library(test_library: str, tmp_path: Path) -> None:
+    out = tmp_path / "lib.json"
+    assert main(["bench", "--suite", "small", "--case", "small_0", "small_3", "--repeats", "1",
+                 "--min-seconds", "0", "--backend", "blas", "--library", test_library,
+                 "--peers", "numpy", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["cases"][0]["results"]
+    assert results[f"clib:{test_library}"]["verdict"] == "ok"
+    assert main(["check", "--library", test_library, "--cases", "2", "--seeds", "2"]) == 0

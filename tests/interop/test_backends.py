@@ -151,3 +151,22 @@ def test_auto_prefers_torch_for_bf16_inputs() -> None:
     plan = TensorProduct(Handle("auto"), info, "ik", info, "kj", None, None,
                          TensorInfo(Datatype.F32, (4, 4)), "ij")
     assert plan.algorithm.startswith("auto -> torch")
+
+
+def test_tblis_conjugation_with_beta() -> None:
+    """Regression: TBLIS mishandles conjugation flags with beta != 0 (extent-1 modes)."""
+    if not backends.available()["tblis"][0]:
+        pytest.skip("pytblis not installed")
+    rng = np.random.default_rng(3)
+
+    def cplx(*shape: int) -> np.ndarray:
+        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(np.complex64)
+
+    a, b, c = cplx(2, 1, 2, 1), cplx(1, 1, 2, 1), cplx(2, 1, 2)
+    for op_a, op_b in ((1, 0), (0, 1), (1, 1)):
+        d = np.zeros((2, 1, 2), dtype=np.complex64)
+        pytapp.contract("npcd,DyNd->cyn", a, b, c, alpha=0.166 - 0.801j, beta=1.0, out=d,
+                        op_a=op_a, op_b=op_b, backend="tblis")
+        want = (0.166 - 0.801j) * np.einsum("npcd,DyNd->cyn", a.conj() if op_a else a,
+                                             b.conj() if op_b else b) + c
+        np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5)

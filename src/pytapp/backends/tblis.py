@@ -49,28 +49,32 @@ class TblisPlan:
             return status
         if executor is not None and executor.threads:
             self._tblis.set_num_threads(executor.threads)
-        # TBLIS gives wrong results with both conjugation flags and beta != 0; use
-        # conj(A) conj(B) = conj(A B) instead: D' = conj(conj(alpha) A B + conj(beta) conj(C')).
-        both = self.conja and self.conjb
+        # TBLIS gives wrong results when a conjugation flag meets beta != 0 (seen with
+        # extent-1 contracted modes): then beta * op_C(C) is added after a beta = 0 call.
+        c_term = None
         beta: Any = 0.0
         if bound.c is not None:
-            beta = bound.beta
-            if not same_layout(bound.c, d):
-                np.copyto(d, bound.c)
-                status.bytes_copied += d.nbytes
-            if self.conjc != both:
-                np.conjugate(d, out=d)
+            if self.conja or self.conjb:
+                c_term = np.conjugate(bound.c) if self.conjc else np.array(bound.c)
+                c_term *= bound.beta
+                status.bytes_allocated += c_term.nbytes
+            else:
+                beta = bound.beta
+                if not same_layout(bound.c, d):
+                    np.copyto(d, bound.c)
+                    status.bytes_copied += d.nbytes
+                if self.conjc:
+                    np.conjugate(d, out=d)
         alpha: Any = bound.alpha
         if np.iscomplexobj(d):
             alpha, beta = complex(alpha), complex(beta)
-            if both:
-                alpha, beta = alpha.conjugate(), beta.conjugate()
         else:
             alpha, beta = float(alpha), float(beta)
         self._tblis.contract(self.expr, bound.a, bound.b, alpha=alpha, beta=beta, out=d,
-                             conja=self.conja and not both, conjb=self.conjb and not both,
-                             allow_partial_trace=True)
-        if self.conjd != both:
+                             conja=self.conja, conjb=self.conjb, allow_partial_trace=True)
+        if c_term is not None:
+            d += c_term
+        if self.conjd:
             np.conjugate(d, out=d)
         return status
 
