@@ -36,7 +36,6 @@ __all__ = [
     "Binder",
     "BoundProduct",
     "bind_array",
-    "bind_product",
     "byte_span",
     "convert_scalar",
     "same_layout",
@@ -334,10 +333,3 @@ def same_layout(x: np.ndarray, d: np.ndarray) -> bool:
         and x.dtype == d.dtype
         and x.shape == d.shape
     )
-
-
-def bind_product(
-    spec: ContractionSpec, alpha: Any, a: Any, b: Any, beta: Any, c: Any, d: Any
-) -> BoundProduct:
-    """Bind and check every operand of one execution (see :meth:`Binder.bind`)."""
-    return Binder(spec).bind(alpha, a, b, beta, c, d)

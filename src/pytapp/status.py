@@ -9,7 +9,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pytapp.attributes import Attr, TappObject
@@ -46,7 +46,6 @@ class Status(TappObject):
     bytes_copied: int = 0
     bytes_allocated: int = 0
     products: int = 1
-    notes: list[str] = field(default_factory=list)
 
     _attr_keys = frozenset({Attr.BACKEND, Attr.ALGORITHM})
     _attr_readonly = frozenset({Attr.BACKEND, Attr.ALGORITHM})

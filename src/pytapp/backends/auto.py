@@ -212,9 +212,3 @@ class AutoBackend:
             plan = AutoPlan(spec, candidates, choice, executor)
         plan.tuned = remembered in candidates
         return plan
-
-
-def winners() -> dict[str, Any]:
-    """A copy of the remembered autotuning winners (structure hash -> backend)."""
-    with _lock:
-        return dict(_winners)

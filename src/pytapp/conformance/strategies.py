@@ -21,7 +21,6 @@ Examples
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 from pytapp.conformance.cases import CASES
 from pytapp.conformance.generators import Options, make_instance, make_operand
 from pytapp.conformance.instance import Instance, OperandData
-from pytapp.datatypes import Datatype, ElementOp
+from pytapp.datatypes import Datatype
 from pytapp.precision import Prectype
 
 __all__ = ["LAYOUTS", "SPECIAL_SCALARS", "misuses", "products"]
@@ -119,10 +118,3 @@ def misuses(draw: st.DrawFn) -> Instance:
     """An invalid product or call: the instance says which error code it must raise."""
     number = draw(st.sampled_from(_ERROR_CASES))
     return CASES[number].make(draw(st.integers(0, 10_000)))
-
-
-def describe(inst: Instance) -> dict[str, Any]:
-    """A small record of an instance for failure reports."""
-    return {"labels": inst.labels, "datatypes": {k: v.name for k, v in inst.datatypes.items()},
-            "prec": inst.prec.name, "alpha": inst.alpha, "beta": inst.beta,
-            "ops": {k: ElementOp(v).name for k, v in inst.ops.items()}}
