@@ -9,8 +9,10 @@ True
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.datatypes import Datatype
@@ -20,7 +22,8 @@ from pytapp.operands import BoundProduct
 from pytapp.precision import Prectype
 from pytapp.status import Status
 
-__all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "Backend", "BackendPlan", "Capabilities"]
+__all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "Backend", "BackendPlan", "Capabilities",
+           "OptionalModule"]
 
 ALL_DATATYPES = frozenset(Datatype)
 ALL_PRECTYPES = frozenset(Prectype)
@@ -110,3 +113,29 @@ class Backend(Protocol):
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> BackendPlan:
         """Build a plan (all decisions made here); raise 18 when unsupported."""
         ...
+
+
+class OptionalModule:
+    """A third-party library a backend needs: found without importing, imported on first use.
+
+    Examples
+    --------
+    >>> OptionalModule("no_such_module_here", "extra").why
+    "no_such_module_here is not installed; pip install 'pytapp[extra]'"
+    """
+
+    def __init__(self, name: str, extra: str) -> None:
+        self.name = name
+        self._module: Any = None
+        found = importlib.util.find_spec(name) is not None
+        self.why = "" if found else f"{name} is not installed; pip install 'pytapp[{extra}]'"
+
+    def available(self) -> tuple[bool, str]:
+        """(whether the library is installed, why not)."""
+        return not self.why, self.why
+
+    def load(self) -> Any:
+        """The imported module (imported once)."""
+        if self._module is None:
+            self._module = importlib.import_module(self.name)
+        return self._module

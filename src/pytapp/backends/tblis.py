@@ -7,14 +7,12 @@ capabilities, so a plan outside them raises error 18 (or 16) with the reason.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any
 
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec
-from pytapp.backends.base import Capabilities
+from pytapp.backends.base import Capabilities, OptionalModule
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -93,18 +91,11 @@ class TblisBackend:
     )
 
     def __init__(self) -> None:
-        self._module: Any = None
-        found = importlib.util.find_spec("pytblis") is not None
-        self._why = "" if found else "pytblis is not installed; pip install 'pytapp[tblis]'"
-
-    def _load(self) -> Any:
-        if self._module is None:
-            self._module = importlib.import_module("pytblis")
-        return self._module
+        self._lib = OptionalModule("pytblis", "tblis")
 
     def available(self) -> tuple[bool, str]:
         """Whether pytblis is installed (imported on first plan)."""
-        return not self._why, self._why
+        return self._lib.available()
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> TblisPlan:
         """Check capabilities and precision, then build the einsum string."""
@@ -116,4 +107,4 @@ class TblisBackend:
                 f"backend 'tblis' computes in the storage type; precision {spec.prec.name} "
                 f"differs from {spec.a.datatype.name}; use DEFAULT or another backend",
             )
-        return TblisPlan(spec, self._load())
+        return TblisPlan(spec, self._lib.load())

@@ -10,8 +10,6 @@ rounding is the final one.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from math import prod
 from typing import Any
 
@@ -19,7 +17,7 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
-from pytapp.backends.base import ALL_DATATYPES, Capabilities
+from pytapp.backends.base import ALL_DATATYPES, Capabilities, OptionalModule
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -201,28 +199,21 @@ class TorchBackend:
     capabilities = Capabilities(
         datatypes=ALL_DATATYPES,
         prectypes=frozenset(Prectype) - {Prectype.F16F16_ACCUM_F16},
-        notes="torch.einsum; native BF16/F16 matmul under BF16/F16 precisions; "
-              "no F16 accumulation",
+        notes="torch.matmul (MKL) for GEMM shapes, torch.einsum otherwise; native BF16/F16 "
+              "matmul when it is the final rounding; no F16 accumulation",
     )
 
     def __init__(self) -> None:
-        self._torch: Any = None
-        found = importlib.util.find_spec("torch") is not None
-        self._why = "" if found else "torch is not installed; pip install 'pytapp[torch]'"
-
-    def _load(self) -> Any:
-        if self._torch is None:
-            self._torch = importlib.import_module("torch")
-        return self._torch
+        self._lib = OptionalModule("torch", "torch")
 
     def available(self) -> tuple[bool, str]:
         """Whether torch is installed (imported on first plan)."""
-        return not self._why, self._why
+        return self._lib.available()
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> TorchPlan:
         """Check capabilities and the executor's device."""
         self.capabilities.require(spec, self.name)
-        torch = self._load()
+        torch = self._lib.load()
         device = "cpu" if executor is None else executor.device
         if device != "cpu":
             cuda = torch.cuda.is_available()
