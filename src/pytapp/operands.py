@@ -19,13 +19,14 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
+from pytapp.allocation import describe_owner, owning_span
 from pytapp.analysis.labels import Modes
 from pytapp.analysis.layout import footprint
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
@@ -37,6 +38,7 @@ __all__ = [
     "BoundProduct",
     "bind_array",
     "byte_span",
+    "check_inside",
     "convert_scalar",
     "same_layout",
     "to_ndarray",
@@ -57,6 +59,12 @@ def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
     want = datatype.numpy_dtype
     if isinstance(data, np.ndarray):
         arr = data
+    elif getattr(data, "requires_grad", False) is True:
+        raise error_for(
+            ErrorCode.UNSUPPORTED,
+            f"{role} requires grad, and pytapp does not record products for autograd yet; "
+            "pass tensor.detach() (the values are used as they are, without gradients)",
+        )
     elif hasattr(data, "__dlpack__") and not isinstance(data, (bytes, bytearray, memoryview)):
         try:
             arr = np.from_dlpack(data)
@@ -95,28 +103,38 @@ def byte_span(arr: np.ndarray) -> tuple[int, int]:
     return int(low), int(high)
 
 
-def _allocation(arr: np.ndarray, data: Any) -> tuple[int, int]:
-    """Byte range [low, high) of the memory that owns ``arr``."""
-    storage = getattr(data, "untyped_storage", None)
-    if callable(storage):  # torch tensors: the storage, not just the view
-        try:
-            st = storage()
-            low = int(st.data_ptr())
-            return low, low + int(st.nbytes())
-        except Exception:
-            pass
-    root = arr
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    owner = root.base
-    if owner is not None and not isinstance(owner, np.ndarray):
-        try:
-            flat = np.frombuffer(owner, dtype=np.uint8)
-            low = int(flat.__array_interface__["data"][0])
-            return low, low + flat.nbytes
-        except (TypeError, ValueError, BufferError):
-            pass
-    return byte_span(root)
+def check_inside(
+    arr: np.ndarray, data: Any, span: tuple[int, int], item: int, role: str,
+    layout: Callable[[], str],
+) -> None:
+    """Raise 19 unless element offsets ``span`` from ``arr``'s first element lie in its owner.
+
+    Raises
+    ------
+    OutOfBoundsError
+        Code 19 when the bytes fall outside the owning allocation, or when the owner's extent
+        cannot be established (the view's own span is never trusted).
+    """
+    owner = owning_span(arr, data)
+    if owner is None:
+        raise error_for(
+            ErrorCode.OUT_OF_BOUNDS,
+            f"{role}: cannot establish which memory owns this {type(data).__name__} (its "
+            f"ownership chain ends in a {describe_owner(arr)}), so its bounds cannot be "
+            "checked; pass a NumPy array that owns its memory or a view of one (for example "
+            "np.ascontiguousarray(x)), a torch tensor, or a buffer such as bytes, bytearray, "
+            "mmap or a ctypes array",
+        )
+    low, high = owner
+    start = int(arr.__array_interface__["data"][0])
+    first, last = start + span[0] * item, start + (span[1] + 1) * item
+    if first < low or last > high:
+        raise error_for(
+            ErrorCode.OUT_OF_BOUNDS,
+            f"{role}: {layout()} reach element offsets {span[0]}..{span[1]}, bytes "
+            f"[{first - low}, {last - low}) of an allocation of {high - low} bytes; fix the "
+            "strides or pass the whole array",
+        )
 
 
 def bind_array(
@@ -156,16 +174,8 @@ def bind_array(
     item = datatype.itemsize
     span = footprint(ext, strides)
     if span is not None:
-        start = int(arr.__array_interface__["data"][0])
-        low, high = _allocation(arr, data)
-        first, last = start + span[0] * item, start + (span[1] + 1) * item
-        if first < low or last > high:
-            raise error_for(
-                ErrorCode.OUT_OF_BOUNDS,
-                f"{role}: extents {ext} with strides {tuple(strides)} reach element offsets "
-                f"{span[0]}..{span[1]}, bytes [{first - low}, {last - low}) of an allocation "
-                f"of {high - low} bytes; fix the strides or pass the whole array",
-            )
+        check_inside(arr, data, span, item, role, lambda: (
+            f"extents {ext} with strides {tuple(strides)}"))
     shape = modes.extents
     byte_strides = tuple(s * item for s in modes.strides)
     if span is None:  # empty: never dereferenced, any strides do
@@ -287,6 +297,14 @@ class Binder:
                         ErrorCode.READ_ONLY,
                         f"{spec.role} is read-only; pass a writable array as the output",
                     )
+                # An array that owns its memory holds its own elements; any other view (a
+                # slice, or an as_strided view that may reach past its base) is checked
+                # against the allocation that owns it.
+                if (data.base is not None or not data.flags.owndata) and (
+                    spec.footprint is not None
+                ):
+                    check_inside(data, data, spec.footprint, spec.datatype.itemsize, spec.role,
+                                 lambda: f"shape {shape} with byte strides {strides}")
                 return data
         return _bind(data, spec, writable=writable)
 
