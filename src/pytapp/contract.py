@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.datatypes import Datatype, ElementOp
-from pytapp.errors import ErrorCode, error_for
+from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of_data
+from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle, default_backend_name
 from pytapp.operands import to_ndarray
-from pytapp.precision import Prectype
+from pytapp.precision import Prectype, as_prectype
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
 
@@ -31,52 +31,85 @@ __all__ = ["clear_plan_cache", "contract", "parse_expression", "plan_cache_info"
 #: Most plans kept by :func:`contract` (least recently used are dropped first).
 PLAN_CACHE_SIZE = 256
 
+#: Most handles kept by :func:`contract` (one per backend name or C library).
+HANDLE_CACHE_SIZE = 8
+
 _plans: OrderedDict[Hashable, TensorProduct] = OrderedDict()
-_handles: dict[str, Handle] = {}
+_handles: OrderedDict[str, Handle] = OrderedDict()
 _lock = threading.Lock()
+
+
+def _malformed(expr: str, position: int, what: str) -> TappError:
+    pointer = " " * (position + 1) + "^"
+    return error_for(
+        ErrorCode.NEGATIVE_NMODES,
+        f"malformed expression at position {position}: {what}\n  {expr!r}\n  {pointer}\n"
+        "write two inputs and an optional output of letter labels, like 'ik,kj->ij'",
+    )
 
 
 def parse_expression(expr: str) -> tuple[str, str, str]:
     """Split ``'abc,cd->abd'`` into the labels of A, B and D.
 
-    Without ``->`` the output is, as in ``numpy.einsum``, the labels that appear exactly once,
-    sorted. Spaces are ignored.
+    Labels are letters (one per mode); spaces are ignored. Without ``->`` the output is, as in
+    ``numpy.einsum``, the labels that appear exactly once, sorted.
 
     Raises
     ------
-    LabelError
-        Code 4 for an expression that does not name exactly two inputs.
+    InvalidDescriptorError
+        Code 13 for a malformed expression: the message says what is wrong and points at the
+        position (a second ``->``, a stray ``-`` or ``>``, an ellipsis, a character that is not
+        a letter, or not exactly two inputs).
 
     Examples
     --------
     >>> parse_expression("ij,jk")
     ('ij', 'jk', 'ik')
     """
-    text = expr.replace(" ", "")
-    inputs, arrow, output = text.partition("->")
-    parts = inputs.split(",")
-    if len(parts) != 2 or "." in text:
+    if not isinstance(expr, str):
         raise error_for(
-            ErrorCode.LABEL_NOT_IN_INPUTS,
-            f"expression {expr!r} must have exactly two inputs, like 'ik,kj->ij' "
-            "(no ellipsis)",
+            ErrorCode.NEGATIVE_NMODES,
+            f"the expression must be a string like 'ik,kj->ij', not {type(expr).__name__}",
         )
-    if not arrow:
-        counts = {x: (parts[0] + parts[1]).count(x) for x in set(parts[0] + parts[1])}
-        output = "".join(sorted(x for x, n in counts.items() if n == 1))
-    return parts[0], parts[1], output
-
-
-def _datatype(x: Any) -> Datatype:
-    dtype = getattr(x, "dtype", None)
-    if isinstance(x, np.ndarray) or dtype is not None:
-        try:
-            return Datatype.from_name(str(np.dtype(dtype)))
-        except (TypeError, ValueError):
+    terms: list[list[str]] = [[]]
+    arrow_at = -1
+    i = 0
+    while i < len(expr):
+        ch = expr[i]
+        if ch.isspace():
             pass
-    from pytapp.datatypes import datatype_of
-
-    return datatype_of(np.asarray(x).dtype)
+        elif ch == "-":
+            if expr[i + 1: i + 2] != ">":
+                raise _malformed(expr, i, "'-' must be followed by '>' (the arrow '->')")
+            if arrow_at >= 0:
+                raise _malformed(expr, i, f"a second '->' (the first is at position {arrow_at})")
+            arrow_at = i
+            terms.append([])
+            i += 1
+        elif ch == ">":
+            raise _malformed(expr, i, "'>' without '-' before it (the arrow is '->')")
+        elif ch == ",":
+            if arrow_at >= 0:
+                raise _malformed(expr, i, "the output after '->' is one term: no ','")
+            terms.append([])
+        elif ch == ".":
+            raise _malformed(expr, i, "ellipsis ('...') is not supported by contract; name "
+                                      "every mode")
+        elif ch.isalpha():
+            terms[-1].append(ch)
+        else:
+            raise _malformed(expr, i, f"{ch!r} is not a label; labels are letters")
+        i += 1
+    inputs = terms[:-1] if arrow_at >= 0 else terms
+    if len(inputs) != 2:
+        where = arrow_at if arrow_at >= 0 else len(expr)
+        raise _malformed(expr, max(where, 0), f"contract takes exactly two inputs (A and B); "
+                                              f"this expression has {len(inputs)}")
+    la, lb = "".join(inputs[0]), "".join(inputs[1])
+    if arrow_at >= 0:
+        return la, lb, "".join(terms[-1])
+    counts = {x: (la + lb).count(x) for x in set(la + lb)}
+    return la, lb, "".join(sorted(x for x, n in counts.items() if n == 1))
 
 
 def _result_datatype(*dts: Datatype) -> Datatype:
@@ -93,12 +126,34 @@ def _result_datatype(*dts: Datatype) -> Datatype:
     return real
 
 
-def _handle(backend: str | None) -> Handle:
-    name = backend or default_backend_name()
-    h = _handles.get(name)
-    if h is None or h._destroyed:
-        h = Handle(name)
+def _backend_name(backend: Any) -> str:
+    if backend is None:
+        return default_backend_name()
+    if not isinstance(backend, str) or not backend:
+        raise error_for(
+            ErrorCode.UNSUPPORTED,
+            f"backend={backend!r}; give a backend name such as 'auto', 'blas' or "
+            "'clib:PATH', or None for the default",
+        )
+    return backend
+
+
+def _handle(name: str) -> Handle:
+    """The cached handle of backend ``name`` (the least recently used beyond
+    :data:`HANDLE_CACHE_SIZE` are destroyed, with their plans)."""
+    with _lock:
+        h = _handles.get(name)
+        if h is not None and not h.destroyed:
+            _handles.move_to_end(name)
+            return h
+    h = Handle(name)
+    evicted = []
+    with _lock:
         _handles[name] = h
+        while len(_handles) > HANDLE_CACHE_SIZE:
+            evicted.append(_handles.popitem(last=False)[1])
+    for old in evicted:
+        old.destroy()
     return h
 
 
@@ -156,55 +211,76 @@ def contract(
     11.0
     """
     la, lb, ld = parse_expression(expr)
+    ops = tuple(as_element_op(op, r) for op, r in zip((op_a, op_b, op_c, op_d), "ABCD",
+                                                      strict=True))
+    prectype = as_prectype(prec)
+    name = _backend_name(backend)
     if beta is None:
         beta = 0 if c is None else 1
-    arrays = [a, b] + ([c] if c is not None else []) + ([out] if out is not None else [])
-    dts = [_datatype(x) for x in arrays]
-    views = [to_ndarray(x, dt, role) for x, dt, role in zip(arrays, dts, "ABCD", strict=False)]
-    va, vb = views[0], views[1]
-    vc = views[2] if c is not None else None
+    given = {"A": a, "B": b, "C": c, "D": out}
+    for role in "AB":
+        if given[role] is None:
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"{role} is None; pass an array for {role}")
+    views: dict[str, np.ndarray] = {}
+    dts: dict[str, Datatype] = {}
+    for role, x in given.items():
+        if x is None:
+            continue
+        dts[role] = datatype_of_data(x, role)
+        views[role] = to_ndarray(x, dts[role], role)
+    labels = {"A": la, "B": lb, "C": ld, "D": ld}
+    for role, v in views.items():
+        if v.ndim != len(labels[role]):
+            raise error_for(
+                ErrorCode.NEGATIVE_NMODES,
+                f"{role} has {v.ndim} modes (shape {v.shape}) but the expression {expr!r} "
+                f"gives it {len(labels[role])} labels {labels[role]!r}; give one label per "
+                "mode",
+            )
     if out is None:
         extents = []
         for label in ld:
             if label in la:
-                extents.append(va.shape[la.index(label)])
+                extents.append(views["A"].shape[la.index(label)])
             elif label in lb:
-                extents.append(vb.shape[lb.index(label)])
-            elif vc is not None:
-                extents.append(vc.shape[ld.index(label)])
+                extents.append(views["B"].shape[lb.index(label)])
+            elif "C" in views:
+                extents.append(views["C"].shape[ld.index(label)])
             else:
                 raise error_for(
                     ErrorCode.LABEL_NOT_IN_INPUTS,
                     f"label {label!r} of the output is in neither input; pass out= or c= "
                     "to give its extent and set allow_broadcast=True",
                 )
-        d_dt = _result_datatype(*dts)
+        d_dt = _result_datatype(*dts.values())
         result: Any = np.zeros(extents, dtype=d_dt.numpy_dtype)
-        vd = result
+        views["D"] = result
+        given["D"] = result
     else:
         result = out
-        vd = views[-1]
-    infos = [TensorInfo.from_array(v) for v in (va, vb)]
-    info_c = TensorInfo.from_array(vc) if vc is not None else None
-    info_d = TensorInfo.from_array(vd)
-    name = backend or default_backend_name()
-    key = (name, la, lb, ld, infos[0], infos[1], info_c, info_d,
-           int(op_a), int(op_b), int(op_c), int(op_d), int(prec), bool(allow_broadcast))
+    info = {r: TensorInfo.from_array(v) for r, v in views.items()}
+    info_c = info.get("C")
+    key = (name, la, lb, ld, info["A"], info["B"], info_c, info["D"], ops, prectype,
+           bool(allow_broadcast))
     with _lock:
         plan = _plans.get(key)
         if plan is not None:
             _plans.move_to_end(key)
-    if plan is None:
+    if plan is None or plan.destroyed:
         plan = TensorProduct(
-            _handle(name), infos[0], la, infos[1], lb, info_c, ld if info_c else None,
-            info_d, ld, op_a=op_a, op_b=op_b, op_c=op_c, op_d=op_d, prec=prec,
+            _handle(name), info["A"], la, info["B"], lb, info_c, ld if info_c else None,
+            info["D"], ld, op_a=ops[0], op_b=ops[1], op_c=ops[2], op_d=ops[3], prec=prectype,
             allow_broadcast=allow_broadcast,
         )
+        evicted = []
         with _lock:
             _plans[key] = plan
             while len(_plans) > PLAN_CACHE_SIZE:
-                _plans.popitem(last=False)
-    plan.execute(alpha, va, vb, beta, vc, vd)
+                evicted.append(_plans.popitem(last=False)[1])
+        for old in evicted:
+            old.destroy()
+    plan.execute(alpha, given["A"], given["B"], beta, given["C"], given["D"])
     return result
 
 
@@ -214,6 +290,12 @@ def plan_cache_info() -> dict[str, int]:
 
 
 def clear_plan_cache() -> None:
-    """Drop every cached plan."""
+    """Destroy every cached plan and handle (their backend resources are released)."""
     with _lock:
+        plans, handles = list(_plans.values()), list(_handles.values())
         _plans.clear()
+        _handles.clear()
+    for plan in plans:
+        plan.destroy()
+    for handle in handles:
+        handle.destroy()

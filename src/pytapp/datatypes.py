@@ -22,7 +22,8 @@ import numpy as np
 
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["Datatype", "ElementOp", "as_datatype", "as_element_op", "datatype_of"]
+__all__ = ["Datatype", "ElementOp", "as_datatype", "as_element_op", "datatype_of",
+           "datatype_of_data"]
 
 
 class Datatype(IntEnum):
@@ -128,8 +129,10 @@ _TINY = {
 _BY_DTYPE = {dtype: dt for dt, dtype in _NUMPY.items()}
 
 
-def datatype_of(dtype: Any) -> Datatype:
+def datatype_of(dtype: Any, role: str | None = None) -> Datatype:
     """Map a NumPy dtype (or anything ``np.dtype`` accepts) to a :class:`Datatype`.
+
+    ``role`` names the operand in error messages.
 
     Raises
     ------
@@ -141,18 +144,63 @@ def datatype_of(dtype: Any) -> Datatype:
     >>> datatype_of("float32")
     <Datatype.F32: 0>
     """
+    who = f"{role} has " if role else ""
     try:
         key = np.dtype(dtype)
-    except TypeError as exc:
-        raise error_for(ErrorCode.OPERAND_MISMATCH, f"{dtype!r} is not a dtype") from exc
+    except (TypeError, ValueError) as exc:
+        raise error_for(ErrorCode.OPERAND_MISMATCH, f"{who}{dtype!r}, which is not a dtype") \
+            from exc
     found = _BY_DTYPE.get(key)
     if found is None:
         raise error_for(
             ErrorCode.OPERAND_MISMATCH,
-            f"dtype {key} has no TAPP datatype; convert the array to one of "
+            f"{who}dtype {key}, which has no TAPP datatype; convert the array to one of "
             "float32, float64, complex64, complex128, float16 or bfloat16",
         )
     return found
+
+
+def datatype_of_data(data: Any, role: str = "operand") -> Datatype:
+    """The :class:`Datatype` of array data: NumPy arrays, torch tensors, other array objects.
+
+    Torch dtypes are mapped by name, so no tensor is converted (or exported) to find it.
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20 when the data has no dtype TAPP knows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> datatype_of_data(np.zeros(2, dtype=np.complex64))
+    <Datatype.C32: 2>
+    """
+    if isinstance(data, np.ndarray):
+        return datatype_of(data.dtype, role)
+    dtype = getattr(data, "dtype", None)
+    if dtype is not None:
+        name = str(dtype)
+        if name.startswith("torch."):
+            name = name[len("torch."):]
+            for dt, np_dtype in _NUMPY.items():
+                if np_dtype.name == name:
+                    return dt
+            raise error_for(
+                ErrorCode.OPERAND_MISMATCH,
+                f"{role} has torch dtype {dtype}, which has no TAPP datatype; convert it to "
+                "float32, float64, complex64, complex128, float16 or bfloat16",
+            )
+        return datatype_of(dtype, role)
+    try:
+        found = np.asarray(data).dtype
+    except Exception as exc:  # any foreign object: report it, whatever it raised
+        raise error_for(
+            ErrorCode.OPERAND_MISMATCH,
+            f"{role}: {type(data).__name__} is not array data; pass a NumPy array or a torch "
+            "tensor",
+        ) from exc
+    return datatype_of(found, role)
 
 
 def as_datatype(value: Any) -> Datatype:
@@ -165,9 +213,11 @@ def as_datatype(value: Any) -> Datatype:
     """
     if isinstance(value, Datatype):
         return value
-    if isinstance(value, str):
+    if value is None or isinstance(value, bool):  # np.dtype(None) would say float64
+        pass
+    elif isinstance(value, str):
         return Datatype.from_name(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    elif isinstance(value, (int, np.integer)):
         try:
             return Datatype(int(value))
         except ValueError:
@@ -175,7 +225,7 @@ def as_datatype(value: Any) -> Datatype:
     else:
         try:
             return _BY_DTYPE[np.dtype(value)]
-        except (TypeError, KeyError):
+        except (TypeError, KeyError, ValueError):
             pass
     raise error_for(
         ErrorCode.UNKNOWN_DATATYPE,

@@ -92,7 +92,7 @@ _TEXTS: dict[int, str] = {
     10: "a label repeated in B has different extents",
     11: "a label repeated in D has different extents",
     12: "C is missing while beta is not zero",
-    13: "negative number of modes",
+    13: "invalid number of modes (negative, or labels that do not match the modes)",
     14: "negative extent",
     15: "unknown datatype",
     16: "unknown precision, or a precision this backend cannot honour",
@@ -133,7 +133,11 @@ def explain_error(code: int) -> str:
     >>> explain_error(999)
     'unknown error code 999'
     """
-    return _TEXTS.get(int(code), f"unknown error code {int(code)}")
+    try:
+        number = int(code)
+    except (TypeError, ValueError, OverflowError):
+        return f"unknown error code {code!r}"
+    return _TEXTS.get(number, f"unknown error code {number}")
 
 
 def check_success(code: int) -> bool:
@@ -144,7 +148,10 @@ def check_success(code: int) -> bool:
     >>> check_success(ErrorCode.D_ALIASING)
     False
     """
-    return int(code) == 0
+    try:
+        return int(code) == 0
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 class TappError(Exception):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.attributes import AttributeStore
-from pytapp.datatypes import Datatype, as_datatype, datatype_of
+from pytapp.datatypes import Datatype, as_datatype, datatype_of, datatype_of_data
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["TensorInfo", "row_major_strides"]
@@ -43,10 +43,22 @@ def row_major_strides(extents: Sequence[int]) -> tuple[int, ...]:
 def _as_int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise error_for(
-            ErrorCode.NEGATIVE_EXTENT if what == "extent" else ErrorCode.OPERAND_MISMATCH,
-            f"{what} {value!r} is not an integer",
+            ErrorCode.NEGATIVE_EXTENT if what == "extent" else ErrorCode.NEGATIVE_NMODES,
+            f"{what} {value!r} is not an integer; give one integer {what} per mode",
         )
     return int(value)
+
+
+def _as_tuple(values: Any, what: str) -> tuple[Any, ...]:
+    if isinstance(values, str | bytes):
+        values = None  # a string is a sequence of characters, never of extents or strides
+    try:
+        return tuple(values)
+    except TypeError as exc:
+        raise error_for(
+            ErrorCode.NEGATIVE_NMODES,
+            f"{what} {values!r} is not a sequence; give one integer per mode, e.g. (2, 3)",
+        ) from exc
 
 
 class TensorInfo(AttributeStore):
@@ -84,7 +96,7 @@ class TensorInfo(AttributeStore):
         self, datatype: Any, extents: Sequence[int], strides: Sequence[int] | None = None
     ) -> None:
         dt = as_datatype(datatype)
-        ext = tuple(_as_int(e, "extent") for e in extents)
+        ext = tuple(_as_int(e, "extent") for e in _as_tuple(extents, "extents"))
         for i, e in enumerate(ext):
             if e < 0:
                 raise error_for(
@@ -92,7 +104,7 @@ class TensorInfo(AttributeStore):
                     f"extent {e} of mode {i} is negative; extents must be >= 0",
                 )
         st = row_major_strides(ext) if strides is None else tuple(
-            _as_int(s, "stride") for s in strides
+            _as_int(s, "stride") for s in _as_tuple(strides, "strides")
         )
         if len(st) != len(ext):
             raise error_for(
@@ -116,7 +128,21 @@ class TensorInfo(AttributeStore):
         OperandMismatchError
             Code 20 for a dtype with no TAPP datatype or strides that are not whole elements.
         """
-        arr = array if isinstance(array, np.ndarray) else np.asarray(array)
+        if isinstance(array, np.ndarray):
+            arr = array
+        elif hasattr(array, "__dlpack__") or hasattr(array, "requires_grad"):
+            from pytapp.operands import to_ndarray  # same layer: binding knows tensors
+
+            arr = to_ndarray(array, datatype_of_data(array, "the array"), "the array")
+        else:
+            try:
+                arr = np.asarray(array)
+            except Exception as exc:  # a foreign object: report it, whatever it raised
+                raise error_for(
+                    ErrorCode.OPERAND_MISMATCH,
+                    f"{type(array).__name__} is not array data; describe a NumPy array or a "
+                    "torch tensor",
+                ) from exc
         dt = datatype_of(arr.dtype)
         item = arr.dtype.itemsize
         strides = []
@@ -157,6 +183,7 @@ class TensorInfo(AttributeStore):
 
     def with_extents(self, extents: Sequence[int]) -> TensorInfo:
         """A new info with other extents (same number of modes) and the same strides."""
+        extents = _as_tuple(extents, "extents")
         if len(extents) != self.nmodes:
             raise error_for(
                 ErrorCode.NEGATIVE_NMODES,

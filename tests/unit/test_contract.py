@@ -61,8 +61,9 @@ def test_plan_cache_is_bounded_and_reused(backend: str) -> None:
 
 
 def test_contract_errors() -> None:
-    with pytest.raises(pytapp.LabelError):
+    with pytest.raises(pytapp.InvalidDescriptorError) as err:  # malformed: three inputs
         pytapp.contract("ij,jk,kl->il", np.ones((2, 2)), np.ones((2, 2)))
+    assert err.value.code == 13 and "position" in err.value.message
     with pytest.raises(pytapp.ExtentMismatchError):
         pytapp.contract("ij,jk->ik", np.ones((2, 3)), np.ones((2, 2)))
     with pytest.raises(pytapp.OperandMismatchError):

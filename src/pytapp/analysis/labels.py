@@ -41,7 +41,14 @@ def normalize_labels(labels: Any, nmodes: int, operand: str) -> tuple[Label, ...
         Code 13 when the number of labels differs from the number of modes, or a label is
         not hashable.
     """
-    items: tuple[Any, ...] = tuple(labels)
+    try:
+        items: tuple[Any, ...] = tuple(labels)
+    except TypeError as exc:
+        raise error_for(
+            ErrorCode.NEGATIVE_NMODES,
+            f"labels {labels!r} of {operand} are not a sequence; give a string with one "
+            "character per mode, or a sequence of hashable labels",
+        ) from exc
     if len(items) != nmodes:
         raise error_for(
             ErrorCode.NEGATIVE_NMODES,
