@@ -15,18 +15,24 @@ import pytapp
 HERE = Path(__file__).resolve().parent
 
 
-def _build_test_library() -> str | None:
-    """Compile tests/clib/tapp_brute.c with the system C compiler; None without one."""
+def build_test_library(variant: str = "") -> str | None:
+    """Compile tests/clib/tapp_brute.c with the system C compiler; None without one.
+
+    ``variant``: ``""`` (released ABI), ``"MULTI_TAPP"`` (the multi-tapp ABI) or
+    ``"MINIMAL"`` (only the four mandatory symbols).
+    """
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
-    out = Path(tempfile.mkdtemp(prefix="pytapp-clib-")) / "libtapp_brute.so"
-    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(out),
+    name = f"libtapp_brute{('_' + variant.lower()) if variant else ''}.so"
+    out = Path(tempfile.mkdtemp(prefix="pytapp-clib-")) / name
+    flags = [f"-DTAPP_{variant}"] if variant else []
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", *flags, "-o", str(out),
                     str(HERE / "clib" / "tapp_brute.c"), "-lm"], check=True)
     return str(out)
 
 
-TEST_LIBRARY = _build_test_library()
+TEST_LIBRARY = build_test_library()
 
 
 def python_backends() -> list[str]:
@@ -67,3 +73,21 @@ def test_library() -> str:
 def every_backend() -> list[str]:
     """Names of every backend under test, the C test library included."""
     return all_backends()
+
+
+@pytest.fixture(scope="session")
+def multi_library() -> str:
+    """The C test library built for the multi-tapp ABI."""
+    path = build_test_library("MULTI_TAPP")
+    if path is None:
+        pytest.skip("no C compiler to build the test library")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minimal_library() -> str:
+    """The C test library exporting only the four mandatory TAPP symbols."""
+    path = build_test_library("MINIMAL")
+    if path is None:
+        pytest.skip("no C compiler to build the test library")
+    return path

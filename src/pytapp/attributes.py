@@ -152,9 +152,20 @@ class TappObject(AttributeStore):
             name = type(self).__name__
             raise error_for(ErrorCode.DESTROYED, f"this {name} was destroyed; create a new one")
 
+    @property
+    def destroyed(self) -> bool:
+        """Whether :meth:`destroy` was called."""
+        return self._destroyed
+
     def destroy(self) -> None:
-        """Release the object (idempotent); later use raises code 23."""
+        """Release the object and what it holds (idempotent); later use raises code 23."""
+        if self._destroyed:
+            return
         self._destroyed = True
+        self._release()
+
+    def _release(self) -> None:
+        """Free what the object holds (called once, by :meth:`destroy`)."""
 
     def __enter__(self: _T) -> _T:
         return self

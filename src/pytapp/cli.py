@@ -83,6 +83,8 @@ def _parse_cases(text: str | None) -> list[int] | None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    import os
+
     from pytapp.conformance import CASES, run
 
     cases = _parse_cases(args.cases)
@@ -91,41 +93,56 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"unknown case numbers {unknown}; cases are 1-{max(CASES)}", file=sys.stderr)
         return 2
     backend = f"clib:{args.library}" if args.library else args.backend
-    try:
-        Handle(backend).destroy()
-    except TappError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    print(f"conformance of backend {backend!r}: {args.seeds} seeds per case")
-    if args.isolate:
+    if args.abi:
+        os.environ["PYTAPP_CLIB_ABI"] = args.abi  # children of --isolate inherit it
+    # A C library may crash the process: isolate its cases unless told otherwise.
+    isolate = args.isolate if args.isolate is not None else bool(args.library)
+    if not isolate:
+        try:
+            Handle(backend).destroy()
+        except TappError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+    print(f"conformance of backend {backend!r}: {args.seeds} seeds per case"
+          + (" (each case in its own process)" if isolate else ""), flush=True)
+    if isolate:
         return _check_isolated(backend, cases or sorted(CASES), args.seeds)
     summary = run(backend, cases, args.seeds, report=print)
     return 0 if summary.ok else 1
 
 
 def _check_isolated(backend: str, cases: list[int], seeds: int) -> int:
-    """One child process per case: a crashing library fails that case, not the run."""
+    """One child process per case: a crashing library fails that case, not the run.
+
+    The summary line is printed whatever happened, even when the run is interrupted.
+    """
     import re
     import subprocess
 
     from pytapp.conformance import CASES
 
-    passed = failed = 0
-    for number in cases:
-        child = subprocess.run(
-            [sys.executable, "-m", "pytapp", "check", "--backend", backend, "--cases",
-             str(number), "--seeds", str(seeds)], capture_output=True, text=True)
-        lines = child.stdout.strip().splitlines()
-        match = re.match(r"(\d+) passed, (\d+) failed", lines[-1]) if lines else None
-        if child.returncode < 0 or match is None:
-            failed += seeds
-            why = f"signal {-child.returncode}" if child.returncode < 0 else "no result"
-            print(f"case {number:2d} {CASES[number].name:<26} crashed ({why})")
-            continue
-        passed += int(match.group(1))
-        failed += int(match.group(2))
-        print("\n".join(lines[1:-1]))
-    print(f"{passed} passed, {failed} failed")
+    passed = failed = unsupported = 0
+    try:
+        for number in cases:
+            child = subprocess.run(
+                [sys.executable, "-m", "pytapp", "check", "--no-isolate", "--backend", backend,
+                 "--cases", str(number), "--seeds", str(seeds)], capture_output=True, text=True)
+            lines = child.stdout.strip().splitlines()
+            match = re.match(r"(\d+) passed, (\d+) failed(?:, (\d+) unsupported)?",
+                             lines[-1]) if lines else None
+            if child.returncode < 0 or match is None:
+                failed += seeds
+                why = f"signal {-child.returncode}" if child.returncode < 0 else (
+                    (child.stderr.strip().splitlines() or ["no result"])[-1])
+                print(f"case {number:2d} {CASES[number].name:<26} crashed ({why})", flush=True)
+                continue
+            passed += int(match.group(1))
+            failed += int(match.group(2))
+            unsupported += int(match.group(3) or 0)
+            print("\n".join(lines[1:-1]), flush=True)
+    finally:
+        tail = f", {unsupported} unsupported" if unsupported else ""
+        print(f"{passed} passed, {failed} failed{tail}", flush=True)
     return 0 if failed == 0 else 1
 
 
@@ -284,8 +301,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", help="case numbers, e.g. '1-5,12' (default: all)")
     p.add_argument("--seeds", type=int, default=20, help="random instances per case")
     p.add_argument("--library", help="check a C library exporting the TAPP C API (clib)")
-    p.add_argument("--isolate", action="store_true",
-                   help="run every case in a child process, so a crash is reported, not fatal")
+    p.add_argument("--abi", choices=["released", "multi-tapp"],
+                   help="C ABI of --library (default: released)")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                   help="run every case in a child process, so a crash is reported as that "
+                        "case's failure (default: on with --library, off otherwise)")
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
     p.add_argument("--suite", default="quick", help="quick (default), full or small")

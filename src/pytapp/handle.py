@@ -10,13 +10,17 @@ Examples
 from __future__ import annotations
 
 import os
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from pytapp import backends
 from pytapp.attributes import Attr, TappObject
 from pytapp.backends.base import Backend
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
+
+if TYPE_CHECKING:
+    from pytapp.attributes import TappObject as _Owned
 
 __all__ = ["Handle", "default_backend_name"]
 
@@ -38,6 +42,9 @@ class Handle(TappObject):
     library
         Path of a shared library exporting the TAPP C API (backend ``'clib'``; default
         ``PYTAPP_LIBRARY``).
+    abi
+        The C ABI of that library: ``'released'`` (default, or ``PYTAPP_CLIB_ABI``) or
+        ``'multi-tapp'``.
     allow_broadcast
         Default of the ALLOW_BROADCAST attribute for products created through this handle.
 
@@ -45,6 +52,11 @@ class Handle(TappObject):
     ------
     UnsupportedError
         Code 18 for an unknown or unavailable backend; the message lists the valid names.
+
+    Notes
+    -----
+    ``destroy()`` destroys every plan created through the handle, then releases what the
+    backend holds for it (for ``clib``: the C executor and handle).
     """
 
     _attr_keys = frozenset({Attr.BACKEND, Attr.ALLOW_BROADCAST, Attr.MEMORY_LIMIT, Attr.LIBRARY})
@@ -54,24 +66,63 @@ class Handle(TappObject):
         self,
         backend: str | None = None,
         *,
-        library: str | None = None,
+        library: str | os.PathLike[str] | None = None,
+        abi: str | None = None,
         allow_broadcast: bool = False,
     ) -> None:
         super().__init__()
+        self._plans: weakref.WeakSet[_Owned] = weakref.WeakSet()
         name = backend if backend is not None else default_backend_name()
-        if name.startswith("clib:"):
-            name, library = "clib", name[len("clib:"):]
-        if library is not None and name != "clib":
+        if not isinstance(name, str) or not name:
             raise error_for(
                 ErrorCode.UNSUPPORTED,
-                f"library= is for backend 'clib', not {name!r}; use Handle('clib', "
-                f"library={library!r})",
+                f"backend={name!r}; give a backend name such as 'auto', 'blas' or 'clib:PATH'",
             )
-        self._backend: Backend = backends.get(name, library=library)
+        if name.startswith("clib:"):
+            name, library = "clib", name[len("clib:"):]
+        if library is not None:
+            if not isinstance(library, str | os.PathLike):
+                raise error_for(
+                    ErrorCode.UNSUPPORTED,
+                    f"library={library!r}; give the path of a shared library as a string",
+                )
+            library = os.fspath(library)
+            if name != "clib":
+                raise error_for(
+                    ErrorCode.UNSUPPORTED,
+                    f"library= is for backend 'clib', not {name!r}; use Handle('clib', "
+                    f"library={library!r})",
+                )
+        if abi is not None and name != "clib":
+            raise error_for(ErrorCode.UNSUPPORTED, f"abi= is for backend 'clib', not {name!r}")
+        self._backend: Backend = backends.get(name, library=library, abi=abi)
         if library is not None:
             self._set_attr_internal(Attr.LIBRARY, library)
         self._set_attr_internal(Attr.BACKEND, self._backend.name)
         self.set_attr(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
+
+    def _on_set_attr(self, key: int, value: Any) -> None:
+        if key == Attr.MEMORY_LIMIT and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"MEMORY_LIMIT={value!r} is not valid; give a number of bytes (int >= 0)",
+            )
+        if key == Attr.ALLOW_BROADCAST and not isinstance(value, bool | int):
+            raise error_for(
+                ErrorCode.ATTRIBUTE_KEY,
+                f"ALLOW_BROADCAST={value!r} is not valid; give True or False",
+            )
+
+    def _register(self, owned: _Owned) -> None:
+        """Remember a plan made through this handle, so that :meth:`destroy` destroys it."""
+        self._plans.add(owned)
+
+    def _release(self) -> None:
+        for owned in list(self._plans):
+            owned.destroy()
+        self._backend.release()
 
     @property
     def backend(self) -> Backend:

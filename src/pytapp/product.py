@@ -142,17 +142,25 @@ class TensorProduct(TappObject):
             items["A"], items["B"], items["C"], items["D"], prec, bool(allow_broadcast)
         )
         self.infos = (infos["A"], infos["B"], infos["C"], infos["D"])
-        self._plan: BackendPlan = handle.backend.plan(self.spec, executor)
-        self._binder = Binder(self.spec)
-        self.workspace_bytes = int(getattr(self._plan, "workspace_bytes", 0))
+        plan = handle.backend.plan(self.spec, self._valid_executor(executor))
+        self.workspace_bytes = int(getattr(plan, "workspace_bytes", 0))
         try:
-            limit = int(handle.get_attr(Attr.MEMORY_LIMIT))
-        except TappError:
-            limit = default_memory_limit()
-        self._check_memory(limit, "the handle's MEMORY_LIMIT (default: half the free memory)")
+            try:
+                limit = int(handle.get_attr(Attr.MEMORY_LIMIT))
+            except TappError:
+                limit = default_memory_limit()
+            self._check_memory(limit,
+                               "the handle's MEMORY_LIMIT (default: half the free memory)")
+        except BaseException:
+            plan.release()  # nothing the backend created outlives a failed creation
+            raise
+        self._plan: BackendPlan | None = plan
+        self._algorithm = plan.algorithm
+        self._binder = Binder(self.spec)
         self._set_attr_internal(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
         self._set_attr_internal(Attr.BACKEND, handle.backend_name)
-        self._set_attr_internal(Attr.ALGORITHM, self._plan.algorithm)
+        self._set_attr_internal(Attr.ALGORITHM, plan.algorithm)
+        handle._register(self)
 
     def _check_memory(self, limit: int, source: str) -> None:
         if self.workspace_bytes > limit:
@@ -170,13 +178,22 @@ class TensorProduct(TappObject):
         super().check_alive()
         self.handle.check_alive()
 
+    def _release(self) -> None:
+        """Release the backend plan (C products, workspaces) and drop it."""
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            plan.release()
 
-
+    def _backend_plan(self) -> BackendPlan:
+        self.check_alive()
+        assert self._plan is not None  # alive plans always have one
+        return self._plan
 
     @property
     def algorithm(self) -> str:
         """What the backend decided to do at plan creation."""
-        return self._plan.algorithm
+        plan = self._plan
+        return plan.algorithm if plan is not None else self._algorithm
 
     @property
     def backend_name(self) -> str:
@@ -196,6 +213,15 @@ class TensorProduct(TappObject):
 
     # ------------------------------------------------------------------ execution
     def _executor(self, executor: Any) -> Executor | None:
+        """Validate an execution's executor (type, lifetime, handle, memory limit)."""
+        checked = self._valid_executor(executor)
+        if checked is not None:
+            limit = checked.attributes().get(Attr.MEMORY_LIMIT)
+            if limit is not None:
+                self._check_memory(int(limit), "the executor's MEMORY_LIMIT")
+        return checked
+
+    def _valid_executor(self, executor: Any) -> Executor | None:
         if executor is None:
             return None
         if not isinstance(executor, Executor):
@@ -209,15 +235,13 @@ class TensorProduct(TappObject):
                 ErrorCode.HANDLE_MISMATCH,
                 "the executor was created by another handle; create it with this plan's handle",
             )
-        limit = executor.attributes().get(Attr.MEMORY_LIMIT)
-        if limit is not None:
-            self._check_memory(int(limit), "the executor's MEMORY_LIMIT")
         return executor
 
     def _run(self, bound: BoundProduct, executor: Executor | None) -> Status:
+        plan = self._backend_plan()
         if executor is None:  # the hot path: nothing to set up
             start = time.perf_counter()
-            status = self._plan.run(bound, None)
+            status = plan.run(bound, None)
             status.seconds = time.perf_counter() - start
             status.bytes_copied += bound.bytes_copied
             return status
@@ -227,7 +251,7 @@ class TensorProduct(TappObject):
             c_orig = bound.c.copy()
         start = time.perf_counter()
         with _thread_scope(executor.threads):
-            status = self._plan.run(bound, executor)
+            status = plan.run(bound, executor)
         status.seconds = time.perf_counter() - start
         status.bytes_copied += bound.bytes_copied
         if before is not None:
@@ -327,6 +351,16 @@ class TensorProduct(TappObject):
         """
         self.check_alive()
         ex = self._executor(executor)
+        lists = {"A": a, "B": b, "C": c, "D": d}
+        for role, items in lists.items():
+            if (items is None and role != "C") or (
+                    items is not None and not isinstance(items, Sequence)):
+                raise error_for(
+                    ErrorCode.BATCH_LENGTH,
+                    f"execute_batched takes a list of {role} operands, not "
+                    f"{type(items).__name__}; pass one item per product"
+                    + (" (or None for C when beta is 0)" if role == "C" else ""),
+                )
         cs: Sequence[Any] = [None] * len(d) if c is None else c
         lengths = {len(a), len(b), len(cs), len(d)}
         if len(lengths) != 1:

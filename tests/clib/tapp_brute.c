@@ -3,6 +3,17 @@
  * intptr_t handles) implemented by brute force for F64 and C64 (complex double) data.
  * Other datatypes and precisions return code 18 ("not supported"), with a text.
  *
+ * ABI: the released TAPP C API by default. Built with -DTAPP_MULTI_TAPP it follows the
+ * "multi-tapp" variant instead (TAPP_create_handle takes a library id; executors and tensor
+ * infos are created with the handle). Built with -DTAPP_MINIMAL it exports only the four
+ * mandatory functions (no executor, no destroy functions, no explain_error).
+ *
+ * Like the official reference, a product keeps the *handles* of its tensor infos and reads
+ * them at every execute; an info destroyed before its product makes execute return 99 (a
+ * use-after-free that the bridge must never cause). tapp_brute_live(kind) counts live objects
+ * (0 handles, 1 executors, 2 tensor infos, 3 products) so tests can check that every object
+ * is destroyed, and in the right order.
+ *
  * Behaviour switches for fault-injection tests (environment, read at each call):
  *   TAPP_BRUTE_FAULT=unknown_code   execute returns 4242, which has no text
  *   TAPP_BRUTE_FAULT=no_text        execute returns 77 and explain_error writes nothing
@@ -18,7 +29,35 @@ typedef intptr_t TAPP_handle, TAPP_executor, TAPP_status, TAPP_tensor_info,
     TAPP_tensor_product;
 typedef int TAPP_datatype, TAPP_prectype, TAPP_element_op;
 
+#ifdef TAPP_MINIMAL
+#define OPTIONAL static __attribute__((unused))
+#else
+#define OPTIONAL
+#endif
+
 enum { F64 = 1, C64 = 3, DEFAULT_PREC = -1, F64_PREC = 1 };
+enum { MAX_LIVE = 4096 };
+
+static int live[4];
+static const void *live_infos[MAX_LIVE];
+
+int tapp_brute_live(int kind) { return (kind >= 0 && kind < 4) ? live[kind] : -1; }
+
+static void info_born(const void *p) {
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (!live_infos[i]) { live_infos[i] = p; break; }
+    live[2]++;
+}
+static int info_alive(const void *p) {
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (live_infos[i] == p) return 1;
+    return 0;
+}
+static void info_died(const void *p) {
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (live_infos[i] == p) { live_infos[i] = NULL; break; }
+    live[2]--;
+}
 
 typedef struct {
     TAPP_datatype type;
@@ -27,8 +66,8 @@ typedef struct {
 } info_t;
 
 typedef struct {
-    int nmode[4];
-    int64_t *extents[4], *strides[4], *idx[4];
+    const info_t *info[4]; /* not copies: the infos must outlive the product */
+    int64_t *idx[4];
     int op[4];
     int is_complex;
 } product_t;
@@ -38,7 +77,7 @@ static const char *fault(void) {
     return f ? f : "";
 }
 
-size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
+OPTIONAL size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
     const char *text;
     switch (error) {
     case 0: text = "Success."; break;
@@ -46,6 +85,7 @@ size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
     case 13: text = "Nmode can not be negative."; break;
     case 14: text = "Extents can not be negative."; break;
     case 18: text = "Only F64 and C64 data with default or F64 precision are supported."; break;
+    case 99: text = "A tensor info of this product was destroyed before the product."; break;
     case 4242: text = ""; break;
     case 77: text = ""; break;
     default: text = "Unknown error."; break;
@@ -59,15 +99,42 @@ size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
     return n;
 }
 
+#ifdef TAPP_MULTI_TAPP
 TAPP_error TAPP_create_handle(uint64_t lib_id, TAPP_handle *handle) {
     (void)lib_id;
-    *handle = (TAPP_handle)1;
+#else
+TAPP_error TAPP_create_handle(TAPP_handle *handle) {
+#endif
+    *handle = (TAPP_handle)malloc(8);
+    live[0]++;
     return 0;
 }
-TAPP_error TAPP_destroy_handle(TAPP_handle handle) { (void)handle; return 0; }
-TAPP_error TAPP_create_executor(TAPP_executor *exec) { *exec = (TAPP_executor)1; return 0; }
-TAPP_error TAPP_destroy_executor(TAPP_executor exec) { (void)exec; return 0; }
-TAPP_error TAPP_destroy_status(TAPP_status status) { (void)status; return 0; }
+OPTIONAL TAPP_error TAPP_destroy_handle(TAPP_handle handle) {
+    free((void *)handle);
+    live[0]--;
+    return 0;
+}
+#ifdef TAPP_MULTI_TAPP
+TAPP_error TAPP_create_executor(TAPP_executor *exec, TAPP_handle handle) {
+    if (!handle) return 33;
+#else
+OPTIONAL TAPP_error TAPP_create_executor(TAPP_executor *exec) {
+#endif
+    *exec = (TAPP_executor)malloc(8);
+    live[1]++;
+    return 0;
+}
+#ifdef TAPP_MULTI_TAPP
+TAPP_error TAPP_destroy_executor(TAPP_executor exec, TAPP_handle handle) {
+    (void)handle;
+#else
+OPTIONAL TAPP_error TAPP_destroy_executor(TAPP_executor exec) {
+#endif
+    free((void *)exec);
+    live[1]--;
+    return 0;
+}
+OPTIONAL TAPP_error TAPP_destroy_status(TAPP_status status) { (void)status; return 0; }
 
 static int64_t *copy64(const int64_t *src, int n) {
     int64_t *dst = malloc(sizeof(int64_t) * (n > 0 ? n : 1));
@@ -75,8 +142,15 @@ static int64_t *copy64(const int64_t *src, int n) {
     return dst;
 }
 
+#ifdef TAPP_MULTI_TAPP
+TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_handle handle,
+                                   TAPP_datatype type, int nmode, const int64_t *extents,
+                                   const int64_t *strides) {
+    if (!handle) return 33;
+#else
 TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_datatype type, int nmode,
                                    const int64_t *extents, const int64_t *strides) {
+#endif
     if (nmode < 0) return 13;
     for (int i = 0; i < nmode; i++)
         if (extents[i] < 0) return 14;
@@ -86,11 +160,13 @@ TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_datatype type, i
     t->extents = copy64(extents, nmode);
     t->strides = copy64(strides, nmode);
     *info = (TAPP_tensor_info)t;
+    info_born(t);
     return 0;
 }
 
-TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info) {
+OPTIONAL TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info) {
     info_t *t = (info_t *)info;
+    info_died(t);
     free(t->extents);
     free(t->strides);
     free(t);
@@ -124,25 +200,21 @@ TAPP_error TAPP_create_tensor_product(TAPP_tensor_product *plan, TAPP_handle han
     }
     product_t *p = malloc(sizeof(product_t));
     for (int k = 0; k < 4; k++) {
-        p->nmode[k] = in[k]->nmode;
-        p->extents[k] = copy64(in[k]->extents, in[k]->nmode);
-        p->strides[k] = copy64(in[k]->strides, in[k]->nmode);
+        p->info[k] = in[k];
         p->idx[k] = copy64(idx[k], in[k]->nmode);
         p->op[k] = ops[k];
     }
     p->is_complex = type == C64;
     *plan = (TAPP_tensor_product)p;
+    live[3]++;
     return 0;
 }
 
-TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan) {
+OPTIONAL TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan) {
     product_t *p = (product_t *)plan;
-    for (int k = 0; k < 4; k++) {
-        free(p->extents[k]);
-        free(p->strides[k]);
-        free(p->idx[k]);
-    }
+    for (int k = 0; k < 4; k++) free(p->idx[k]);
     free(p);
+    live[3]--;
     return 0;
 }
 
@@ -150,9 +222,9 @@ TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan) {
 static int64_t offset(const product_t *p, int k, const int64_t *labels, const int64_t *values,
                       int nlabels) {
     int64_t off = 0;
-    for (int j = 0; j < p->nmode[k]; j++)
+    for (int j = 0; j < p->info[k]->nmode; j++)
         for (int l = 0; l < nlabels; l++)
-            if (labels[l] == p->idx[k][j]) off += values[l] * p->strides[k][j];
+            if (labels[l] == p->idx[k][j]) off += values[l] * p->info[k]->strides[j];
     return off;
 }
 
@@ -167,18 +239,20 @@ TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
         *nothing = 1;
     }
     const product_t *p = (const product_t *)plan;
+    for (int k = 0; k < 4; k++)
+        if (!info_alive(p->info[k])) return 99;
     if (status) *status = 0;
     /* distinct labels: those of D first (output space), then the summed ones */
     int64_t labels[256], extent[256];
     int nd = 0, n = 0;
     for (int k = 3; k >= 0; k--) {
         if (k == 2) continue;
-        for (int j = 0; j < p->nmode[k]; j++) {
+        for (int j = 0; j < p->info[k]->nmode; j++) {
             int seen = 0;
             for (int l = 0; l < n; l++) seen |= labels[l] == p->idx[k][j];
             if (!seen && n < 256) {
                 labels[n] = p->idx[k][j];
-                extent[n] = p->extents[k][j];
+                extent[n] = p->info[k]->extents[j];
                 n++;
             }
         }

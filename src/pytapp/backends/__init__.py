@@ -55,8 +55,12 @@ def names() -> list[str]:
     return list(_FACTORIES)
 
 
-def get(name: str, *, library: str | None = None) -> Backend:
-    """Return the backend called ``name`` (``library``: the C library of backend ``clib``).
+def get(name: str, *, library: str | None = None, abi: str | None = None) -> Backend:
+    """Return the backend called ``name``.
+
+    ``library`` and ``abi`` configure backend ``clib`` (default: ``PYTAPP_LIBRARY`` and the
+    released C ABI); every call for ``clib`` gives a new backend object, which owns its own C
+    handle, while the other backends are shared.
 
     Raises
     ------
@@ -69,10 +73,10 @@ def get(name: str, *, library: str | None = None) -> Backend:
             ErrorCode.UNSUPPORTED,
             f"unknown backend {name!r}; choose one of {', '.join(names())}",
         )
-    if library is not None:  # one backend object per C library
+    if name == "clib":
         from pytapp.backends.clib import ClibBackend
 
-        backend: Backend = ClibBackend(library)
+        backend: Backend = ClibBackend(library, abi)
         ok, why = backend.available()
         if not ok:
             raise error_for(ErrorCode.UNSUPPORTED, f"backend 'clib' is not available: {why}")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec
-from pytapp.backends.base import Backend, BackendPlan, Capabilities
+from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
 from pytapp.executor import Executor
@@ -163,6 +163,12 @@ class AutoPlan:
             _remember(self.key, self.choice)
         self.tuned = True
 
+    def release(self) -> None:
+        """Release every candidate's plan."""
+        plans, self.plans = self.plans, {}
+        for plan in plans.values():
+            plan.release()
+
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Run the chosen backend (timing the candidates first when autotuning)."""
         if executor is not None and executor.autotune and not self.tuned:
@@ -174,7 +180,7 @@ class AutoPlan:
         return status
 
 
-class AutoBackend:
+class AutoBackend(Stateless):
     """Chooses among the available backends per plan."""
 
     name = "auto"

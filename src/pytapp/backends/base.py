@@ -23,7 +23,7 @@ from pytapp.precision import Prectype
 from pytapp.status import Status
 
 __all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "Backend", "BackendPlan", "Capabilities",
-           "OptionalModule"]
+           "OptionalModule", "Stateless"]
 
 ALL_DATATYPES = frozenset(Datatype)
 ALL_PRECTYPES = frozenset(Prectype)
@@ -98,6 +98,10 @@ class BackendPlan(Protocol):
         """Compute into ``bound.d``; return what was done (seconds are set by the caller)."""
         ...
 
+    def release(self) -> None:
+        """Free what the plan holds (library objects, workspaces); idempotent."""
+        ...
+
 
 @runtime_checkable
 class Backend(Protocol):
@@ -113,6 +117,17 @@ class Backend(Protocol):
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> BackendPlan:
         """Build a plan (all decisions made here); raise 18 when unsupported."""
         ...
+
+    def release(self) -> None:
+        """Free what the backend holds for its handle (library handles); idempotent."""
+        ...
+
+
+class Stateless:
+    """Mixin for plans and backends that hold nothing to free: ``release`` does nothing."""
+
+    def release(self) -> None:
+        """Nothing to free."""
 
 
 class OptionalModule:

@@ -26,7 +26,7 @@ import numpy as np
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
-from pytapp.backends.base import Capabilities
+from pytapp.backends.base import Capabilities, Stateless
 from pytapp.backends.reference import ReferencePlan
 from pytapp.backends.threads import (
     parallel_copyto,
@@ -83,7 +83,7 @@ def _blasable(x: np.ndarray) -> bool:
     )
 
 
-class BlasPlan:
+class BlasPlan(Stateless):
     """Everything decided once: label orders, permutations, kernel, direct output."""
 
     def __init__(self, spec: ContractionSpec) -> None:
@@ -425,7 +425,7 @@ class BlasPlan:
         )
 
 
-class BlasBackend:
+class BlasBackend(Stateless):
     """Fast CPU backend on NumPy (BLAS GEMM, TTGT, elementwise and dot kernels)."""
 
     name = "blas"

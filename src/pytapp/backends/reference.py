@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
-from pytapp.backends.base import Capabilities
+from pytapp.backends.base import Capabilities, Stateless
 from pytapp.datatypes import Datatype
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct
@@ -96,7 +96,7 @@ def _load(raw: np.ndarray, spec: OperandSpec, rule: ComputeRule) -> Value:
 _MAGNITUDE = ComputeRule(Prectype.DEFAULT, None, Datatype.F64, False)
 
 
-class ReferencePlan:
+class ReferencePlan(Stateless):
     """Loop nest for one spec. Precomputes which loop drives each mode of each operand.
 
     With ``absolute=True`` the plan computes the error bound of SPEC section 7 instead,
@@ -220,7 +220,7 @@ class ReferencePlan:
             d[()] = out[0]
 
 
-class ReferenceBackend:
+class ReferenceBackend(Stateless):
     """Every TAPP feature, every datatype and precision; the conformance baseline."""
 
     name = "reference"

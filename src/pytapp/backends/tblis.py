@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec
-from pytapp.backends.base import Capabilities, OptionalModule
+from pytapp.backends.base import Capabilities, OptionalModule, Stateless
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -24,7 +24,7 @@ from pytapp.status import Status
 __all__ = ["TblisBackend", "TblisPlan"]
 
 
-class TblisPlan:
+class TblisPlan(Stateless):
     """One ``pytblis.contract`` call per execution, plus C and op_D handling around it."""
 
     def __init__(self, spec: ContractionSpec, module: Any) -> None:
@@ -77,7 +77,7 @@ class TblisPlan:
         return status
 
 
-class TblisBackend:
+class TblisBackend(Stateless):
     """TBLIS via pytblis: F32/F64/C32/C64, one datatype per product, no broadcast."""
 
     name = "tblis"

@@ -17,7 +17,7 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
-from pytapp.backends.base import ALL_DATATYPES, Capabilities, OptionalModule
+from pytapp.backends.base import ALL_DATATYPES, Capabilities, OptionalModule, Stateless
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -29,7 +29,7 @@ from pytapp.status import Status
 __all__ = ["TorchBackend", "TorchPlan"]
 
 
-class TorchPlan:
+class TorchPlan(Stateless):
     """``torch.matmul`` or ``torch.einsum`` on the merged (diagonal) views, then the epilogue."""
 
     def __init__(self, spec: ContractionSpec, torch: Any, device: str) -> None:
@@ -192,7 +192,7 @@ class TorchPlan:
             np.copyto(d, host.numpy(), casting="unsafe")
 
 
-class TorchBackend:
+class TorchBackend(Stateless):
     """torch.einsum on CPU; native BF16/F16 matmul for the low-precision precisions."""
 
     name = "torch"
