@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ["torch", "pytblis", "matplotlib", "rich", "hypothesis", "opt_einsum"]
+HEAVY = ["torch", "pytblis", "matplotlib", "rich", "hypothesis", "opt_einsum", "numba"]
 
 
 def test_import_is_light() -> None:

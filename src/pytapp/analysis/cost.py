@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from math import prod
 
-__all__ = ["flop_count"]
+__all__ = ["MachineModel", "flop_count", "gemm_seconds", "ttgt_seconds", "view_gemm_seconds"]
 
 
 def flop_count(distinct_extents: Iterable[int], is_complex: bool = False) -> int:
@@ -20,3 +21,46 @@ def flop_count(distinct_extents: Iterable[int], is_complex: bool = False) -> int
     """
     n = prod(int(e) for e in distinct_extents)
     return (8 if is_complex else 2) * n
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """Constants of the cost model (seconds are predicted from these alone).
+
+    ``gemm_flops`` is the rate of a large GEMM in the compute type, ``bandwidth`` the bytes per
+    second of a large copy, ``call_seconds`` the fixed cost of one GEMM call, ``half_size`` the
+    matrix dimension at which a GEMM reaches half its large-matrix rate.
+    """
+
+    gemm_flops: float = 8e10
+    bandwidth: float = 8e9
+    call_seconds: float = 2e-6
+    half_size: float = 24.0
+
+
+def gemm_seconds(m: int, n: int, k: int, machine: MachineModel, is_complex: bool = False) -> float:
+    """Predicted time of one ``(m x k) (k x n)`` GEMM: small dimensions run below peak.
+
+    Examples
+    --------
+    >>> model = MachineModel(gemm_flops=1e11, half_size=0.0, call_seconds=0.0)
+    >>> round(gemm_seconds(1000, 1000, 1000, model) * 1e3, 3)
+    20.0
+    """
+    flops = (8 if is_complex else 2) * m * n * k
+    h = machine.half_size
+    eff = (m / (m + h)) * (n / (n + h)) * (k / (k + h)) if flops else 1.0
+    return machine.call_seconds + flops / (machine.gemm_flops * max(eff, 1e-6))
+
+
+def ttgt_seconds(m: int, n: int, k: int, calls: int, copied_bytes: int, stored_bytes: int,
+                 machine: MachineModel, is_complex: bool = False) -> float:
+    """TTGT: copy the operands that do not fuse, ``calls`` GEMMs, store a temporary into D."""
+    return (2 * (copied_bytes + stored_bytes) / machine.bandwidth
+            + calls * gemm_seconds(m, n, k, machine, is_complex))
+
+
+def view_gemm_seconds(m: int, n: int, k: int, calls: int, machine: MachineModel,
+                      is_complex: bool = False) -> float:
+    """``calls`` GEMMs on views: no copies, a call cost per GEMM."""
+    return calls * gemm_seconds(m, n, k, machine, is_complex)

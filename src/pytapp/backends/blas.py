@@ -23,9 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from pytapp import kernels
+from pytapp.analysis.cost import MachineModel, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
+from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
 from pytapp.backends.base import Capabilities, Stateless
 from pytapp.backends.reference import ReferencePlan
 from pytapp.backends.threads import (
@@ -53,6 +56,8 @@ MIN_BLOCK_ROWS = 64
 SPLIT_MIN_FLOPS = 1 << 20
 SPLIT_MAX_FLOPS = 1 << 26
 SPLIT_MIN_TOTAL = 1 << 25
+#: Fewest output elements for which a GEMV-like product runs as one fused kernel.
+KERNEL_MIN_ROWS = 64
 
 #: Real storage types that a rounding type represents exactly (no rounding pass needed).
 _EXACT_IN = {
@@ -145,6 +150,125 @@ class BlasPlan(Stateless):
             self.algorithm += (f" (blocked over {self.block[0]} slices when D is not written "
                                "directly)")
         self.workspace_bytes = self._workspace(first, second)
+        self.route = self._kernel_route()
+        if self.route is not None:
+            self.algorithm = self.route_description()
+            self.workspace_bytes = 0
+            self.profile["route"] = self.route
+
+    # ----------------------------------------------------------------- kernel routes
+    def _uniform(self) -> bool:
+        """Every operand stored in the compute type, no input rounding: one kernel dtype."""
+        spec = self.spec
+        return (kernels.supports(np.empty(0, self.compute))
+                and all(op.datatype.numpy_dtype == self.compute for op in spec.operands)
+                and all(self._round_free(op.datatype) for op in spec.operands))
+
+    def _kernel_route(self) -> str | None:
+        """``elementwise`` or ``reduce`` when one compiled pass computes D from A, B and C.
+
+        Elementwise: Hadamard and outer products (no label summed). Reduce: GEMV-like
+        products (one side has no free label) with at least one output label, memory-bound
+        whatever the layout: the large operand is streamed where it lies instead of copied.
+        """
+        if not self._uniform():
+            return None
+        cls = self.spec.classes
+        if self.kind == "elementwise" and not (cls.IA or cls.IB):
+            return "elementwise"
+        out_size = prod(self.spec.extent(x) for x in self.spec.d.modes.labels)
+        gemv_like = self.kind == "dot" or (self.kind == "gemm" and min(self.m, self.n) == 1)
+        if gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS:
+            return "reduce"
+        if self.kind == "gemm" and self._choose_view_gemm() is not None:
+            return "view-gemm"
+        return None
+
+    def _choose_view_gemm(self) -> ViewGemm | None:
+        """The cheapest GEMMs-on-views mapping when the cost model prefers it to TTGT."""
+        spec = self.spec
+        conj = any(op.conjugate and op.datatype.is_complex for op in (spec.a, spec.b))
+        if conj or spec.c.strides != spec.d.strides:  # BLAS cannot conjugate; C as D
+            return None
+        model, cplx = MachineModel(), self.spec.rule.is_complex
+        item = self.compute.itemsize
+        p = self.profile
+        stored = 0 if p["d_direct"] else spec.d.size * item
+        ttgt = ttgt_seconds(self.m, self.n, self.k, prod(self.h_shape), p["copy_bytes"],
+                            stored, model, cplx)
+        best = min(view_gemms(spec), default=None,
+                   key=lambda g: view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx))
+        if best is None or view_gemm_seconds(best.m, best.n, best.k, best.calls, model,
+                                             cplx) >= ttgt:
+            return None
+        self.view_gemm = best
+        return best
+
+    def route_description(self) -> str:
+        """What a kernel route does, for ``algorithm``."""
+        if self.route == "view-gemm":
+            g = self.view_gemm
+            return (f"{g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
+                    f"[m={g.m}, n={g.n}, k={g.k}; loop over {', '.join(map(str, g.batch))}]"
+                    + (" (D^T = B^T A^T)" if g.swap else "") + " (no copies)")
+        if self.route == "elementwise":
+            return "kernel: fused elementwise product into D (A, B, C read where they lie)"
+        return (f"kernel: fused multiply-reduce into D [m={prod(self.h_shape) * self.m * self.n},"
+                f" k={self.k}] (no copies)")
+
+    def _label_view(self, x: np.ndarray, op: OperandSpec, labels: Sequence[Label],
+                    writable: bool = False) -> np.ndarray:
+        """``x`` (over ``op``'s merged modes) viewed over ``labels``; stride 0 where absent."""
+        strides = dict(zip(op.modes.labels, x.strides, strict=True))
+        shape = tuple(self.spec.extent(lab) for lab in labels)
+        return np.lib.stride_tricks.as_strided(
+            x, shape=shape, strides=tuple(strides.get(lab, 0) for lab in labels),
+            writeable=writable)
+
+    def _run_view_gemm(self, bound: BoundProduct, threads: int | None) -> None:
+        """GEMMs on views of A, B and D; alpha, beta C and op_D in one pass over D after."""
+        g, spec = self.view_gemm, self.spec
+
+        def view(x: np.ndarray, mv: MatrixView, writable: bool = False) -> np.ndarray:
+            return np.lib.stride_tricks.as_strided(
+                x, shape=mv.shape, strides=tuple(s * x.itemsize for s in mv.strides),
+                writeable=writable)
+
+        a, b, d = view(bound.a, g.a), view(bound.b, g.b), view(bound.d, g.d, writable=True)
+        if g.swap:
+            left, right, out = np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2), np.swapaxes(
+                d, -1, -2)
+        else:
+            left, right, out = a, b, d
+        c = None if bound.c is None else view(bound.c, g.d)
+        conj_c = spec.c.conjugate and spec.c.datatype.is_complex
+        conj_d = spec.d.conjugate and spec.d.datatype.is_complex
+        if c is not None and np.may_share_memory(c, d):  # D = beta D + alpha A B: keep D
+            kernels.fused(d, np.matmul(left, right).swapaxes(-1, -2) if g.swap else
+                          np.matmul(left, right), None, c, alpha=bound.alpha, beta=bound.beta,
+                          conj_c=conj_c, conj_out=conj_d, threads=threads)
+            return
+        np.matmul(left, right, out=out)
+        if c is not None or bound.alpha != 1 or conj_d:
+            kernels.fused(d, d, None, c, alpha=bound.alpha,
+                          beta=0 if c is None else bound.beta, conj_c=conj_c,
+                          conj_out=conj_d, threads=threads)
+
+    def _run_route(self, bound: BoundProduct, threads: int | None) -> None:
+        if self.route == "view-gemm":
+            self._run_view_gemm(bound, threads)
+            return
+        spec, cls = self.spec, self.spec.classes
+        conj = {op.role: op.conjugate and op.datatype.is_complex for op in spec.operands}
+        out_labels = spec.d.modes.labels
+        labels = out_labels if self.route == "elementwise" else (
+            *out_labels, *cls.P, *cls.IA, *cls.IB)
+        x = self._label_view(bound.a, spec.a, labels)
+        y = self._label_view(bound.b, spec.b, labels)
+        kernel = kernels.fused if self.route == "elementwise" else kernels.reduce
+        kernel(bound.d, x, y, bound.c, alpha=bound.alpha,
+               beta=0 if bound.c is None else bound.beta, conj_x=conj["A"], conj_y=conj["B"],
+               conj_c=conj["C"], conj_out=conj["D"], threads=threads)
 
     def _workspace(self, first: Sequence[Label], second: Sequence[Label]) -> int:
         """Upper bound of the temporaries of one execution (bytes), from the layouts."""
@@ -233,14 +357,23 @@ class BlasPlan(Stateless):
         """Operand in target order and compute dtype with op applied; (array, bytes copied)."""
         copied = 0
         x = self._round(x, spec.datatype)
+        conj = spec.conjugate and spec.datatype.is_complex
+        if reduce and x.dtype == self.compute and kernels.supports(x):
+            # Sum the isolated labels straight into the target order, op applied on the way.
+            kept = [i for i in range(x.ndim) if i not in reduce]
+            view = x.transpose([kept[i] for i in perm] + list(reduce))
+            out = np.empty(view.shape[:len(kept)], dtype=self.compute)
+            kernels.reduce(out, view, conj_x=conj, threads=threads)
+            return out, out.nbytes
         if reduce:
             x = np.sum(x, axis=reduce, dtype=self.compute)
             copied += x.nbytes
         x = x.transpose(perm)
-        conj = spec.conjugate and spec.datatype.is_complex
         if conj or x.dtype != self.compute:
             out = np.empty(x.shape, dtype=self.compute)
-            if conj:
+            if kernels.supports(out, x):
+                kernels.fused(out, x, conj_x=conj, threads=threads)
+            elif conj:
                 parallel_map(out, (x,), threads, None, lambda o, i: np.conjugate(i, out=o))
             else:
                 parallel_copyto(out, x, threads)
@@ -255,7 +388,10 @@ class BlasPlan(Stateless):
         if view is not None and _blasable(view):
             return view, 0
         out = np.empty(x.shape, dtype=x.dtype)
-        parallel_copyto(out, x, threads)
+        if kernels.supports(out):
+            kernels.fused(out, x, threads=threads)
+        else:
+            parallel_copyto(out, x, threads)
         return out.reshape(shape), out.nbytes
 
     # ----------------------------------------------------------------- kernels
@@ -367,6 +503,13 @@ class BlasPlan(Stateless):
         """
         spec = self.spec
         r = r.reshape(d_t.shape[:d_t.ndim - self.ic] + (1,) * self.ic)
+        conj_c = spec.c.conjugate and spec.c.datatype.is_complex
+        if kernels.supports(r, d_t, c_t) and (c_t is None or self._round_free(spec.c.datatype)):
+            # One pass: D = op_D(alpha r + beta op_C(C)), whatever D's and C's layouts.
+            kernels.fused(d_t, r, None, c_t, alpha=bound.alpha, beta=bound.beta,
+                          conj_c=conj_c, conj_out=spec.d.conjugate and spec.d.datatype.is_complex,
+                          threads=threads)
+            return
         if bound.alpha != 1:
             alpha = np.asarray(bound.alpha).astype(self.compute)[()]
             r = np.multiply(r, alpha, out=r) if r.base is None else r * alpha
@@ -404,6 +547,9 @@ class BlasPlan(Stateless):
         spec = self.spec
         threads = None if executor is None else executor.threads
         if bound.d.size == 0:
+            return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)
+        if self.route is not None:
+            self._run_route(bound, threads)
             return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)
         if self.a_plain:
             a, ca = (bound.a if self.a_perm_id else bound.a.transpose(self.a_perm)), 0

@@ -1,0 +1,133 @@
+"""GEMMs straight on strided views: loop over some labels, fuse the rest in place (pure).
+
+TTGT fuses every free label of A into the rows of one GEMM, which forces a copy whenever those
+labels do not lie together in A (or in D). Looping over some free (and all Hadamard) labels
+instead often leaves matrices that BLAS reads where they lie: a Tucker mode product
+``ijql,kq->ijkl`` is ``i*j`` GEMMs ``(k,q) x (q,l)`` on views of A and D, with no copy at all.
+:func:`view_gemms` lists every such mapping (batch labels, row, column and inner groups, with
+their fused strides); a cost model chooses among them and TTGT.
+
+Examples
+--------
+>>> from pytapp.datatypes import Datatype
+>>> from pytapp.analysis.spec import build_spec
+>>> F = Datatype.F64
+>>> spec = build_spec(a=(F, (4, 5, 3, 6), (90, 18, 6, 1), "ijql", 0),
+...                   b=(F, (7, 3), (3, 1), "kq", 0),
+...                   c=(F, (4, 5, 7, 6), (210, 42, 6, 1), "ijkl", 0),
+...                   d=(F, (4, 5, 7, 6), (210, 42, 6, 1), "ijkl", 0), prec=-1)
+>>> best = min(view_gemms(spec), key=lambda g: g.calls)
+>>> best.batch, best.calls, (best.m, best.n, best.k), best.swap
+(('i', 'j'), 20, (6, 7, 3), True)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from math import prod
+
+from pytapp.analysis.layout import fusable
+from pytapp.analysis.spec import ContractionSpec, OperandSpec
+
+__all__ = ["MatrixView", "ViewGemm", "view_gemms"]
+
+Label = Hashable
+#: Most free labels moved into the loop.
+MAX_LOOPED = 3
+
+
+@dataclass(frozen=True)
+class MatrixView:
+    """One operand as ``(*batch, rows, cols)``: extents and element strides."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ViewGemm:
+    """``calls`` GEMMs ``(m x k) (k x n)`` on views; ``swap``: each computes ``D^T = B^T A^T``.
+
+    ``a``, ``b`` and ``d`` describe the operands (over their merged modes) as batched
+    matrices: A ``(*batch, m, k)``, B ``(*batch, k, n)``, D ``(*batch, m, n)``; a batch label
+    absent from an operand has stride 0 there.
+    """
+
+    batch: tuple[Label, ...]
+    rows: tuple[Label, ...]
+    cols: tuple[Label, ...]
+    inner: tuple[Label, ...]
+    calls: int
+    m: int
+    n: int
+    k: int
+    swap: bool
+    a: MatrixView
+    b: MatrixView
+    d: MatrixView
+
+
+def _strides(op: OperandSpec) -> dict[Label, int]:
+    return dict(zip(op.modes.labels, op.modes.strides, strict=True))
+
+
+def _fuse(labels: Sequence[Label], ext: dict[Label, int],
+          ops: Sequence[dict[Label, int]]) -> tuple[tuple[Label, ...], list[int]] | None:
+    """An order of ``labels`` (outermost first) that every operand fuses in place, with each
+    operand's fused stride; ``None`` when there is none. Empty groups fuse trivially."""
+    if not labels:
+        return (), [0] * len(ops)
+    for by in ops:
+        order = sorted(labels, key=lambda x: -abs(by[x]))
+        extents = [ext[x] for x in order]
+        if all(fusable(extents, [s[x] for x in order]) for s in ops):
+            inner = [x for x in order if ext[x] > 1] or order
+            return tuple(order), [s[inner[-1]] for s in ops]
+    return None
+
+
+def _blas(rows: int, cols: int, s_rows: int, s_cols: int) -> bool:
+    """Whether BLAS reads a ``rows x cols`` matrix with these element strides in place."""
+    if rows <= 1 or cols <= 1:
+        return True
+    return (s_cols == 1 and s_rows >= cols) or (s_rows == 1 and s_cols >= rows)
+
+
+def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
+    """Every mapping of ``spec`` onto GEMMs on views that BLAS reads and writes in place.
+
+    Only plain contractions qualify: contracted labels, no isolated or broadcast labels.
+    """
+    cls = spec.classes
+    if not cls.P or cls.IA or cls.IB or cls.IC:
+        return []
+    ext = {x: spec.extent(x) for x in (*cls.H, *cls.FA, *cls.FB, *cls.P)}
+    sa, sb, sd = _strides(spec.a), _strides(spec.b), _strides(spec.d)
+    free = [x for x in (*cls.FA, *cls.FB) if ext[x] > 1]
+    found: list[ViewGemm] = []
+    for size in range(min(MAX_LOOPED, len(free)) + 1):
+        for looped in itertools.combinations(free, size):
+            fa = [x for x in cls.FA if x not in looped]
+            fb = [x for x in cls.FB if x not in looped]
+            rows = _fuse(fa, ext, [sa, sd])
+            cols = _fuse(fb, ext, [sb, sd])
+            inner = _fuse(cls.P, ext, [sa, sb])
+            if rows is None or cols is None or inner is None:
+                continue
+            m, n, k = (prod(ext[x] for x in g) for g in (fa, fb, cls.P))
+            (ra, rd), (cb, cd), (ka, kb) = rows[1], cols[1], inner[1]
+            if not (_blas(m, k, ra, ka) and _blas(k, n, kb, cb) and _blas(m, n, rd, cd)):
+                continue
+            swap = not (n <= 1 or cd == 1)  # D column-major per GEMM: compute D^T = B^T A^T
+            batch = (*cls.H, *looped)
+            bshape = tuple(ext[x] for x in batch)
+            found.append(ViewGemm(
+                batch=batch, rows=rows[0], cols=cols[0], inner=inner[0],
+                calls=prod(bshape), m=m, n=n, k=k, swap=swap,
+                a=MatrixView((*bshape, m, k), (*(sa.get(x, 0) for x in batch), ra, ka)),
+                b=MatrixView((*bshape, k, n), (*(sb.get(x, 0) for x in batch), kb, cb)),
+                d=MatrixView((*bshape, m, n), (*(sd.get(x, 0) for x in batch), rd, cd)),
+            ))
+    return found

@@ -1,0 +1,179 @@
+"""pytapp's own compiled kernels (numba): arrays in, arrays out; no TAPP objects.
+
+* :func:`fused` — ``out = op(alpha * op(x) * op(y) + beta * op(c))`` elementwise over any
+  strided layouts: blocked permutation/copy (``y`` and ``c`` absent), the epilogue of a product
+  (``x`` the product's result, ``c`` the addend), Hadamard and outer products (``x``, ``y``
+  broadcast against ``out`` with zero strides), with scaling and conjugation fused in one pass.
+* :func:`reduce` — ``out[m] = op(alpha * sum_k op(x[m, k]) * op(y[m, k]) + beta * op(c[m]))``:
+  GEMV-like contractions, batched dot products and Case 4 reductions over strided modes,
+  without copying the large operand.
+
+Kernels are compiled lazily on first use (never at import) and cached on disk; one compiled
+specialisation serves every layout and rank of a datatype. They accept operands of one datatype
+among F32, F64, C32 and C64 (:func:`supports`); callers use NumPy for anything else.
+
+Examples
+--------
+>>> import numpy as np
+>>> x = np.arange(6.0).reshape(2, 3)
+>>> out = np.empty((3, 2))
+>>> if available():
+...     fused(out, x.T, alpha=2.0)
+... else:
+...     out[...] = 2 * x.T
+>>> out.tolist()
+[[0.0, 6.0], [2.0, 8.0], [4.0, 10.0]]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from pytapp.kernels.layout import flat, merge_dims, order_dims
+from pytapp.kernels.pool import cores, run_blocks
+
+__all__ = ["available", "fused", "reduce", "supports"]
+
+#: Datatypes the kernels compute in (one per call).
+DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+#: Below this many output elements (times summed elements) a kernel runs on one thread.
+SERIAL_BELOW = 1 << 15
+
+_compiled: Any = None
+_lock = threading.Lock()
+_available = importlib.util.find_spec("numba") is not None
+
+
+def available() -> bool:
+    """Whether numba is installed (the kernels can run)."""
+    return _available
+
+
+def supports(*arrays: np.ndarray | None) -> bool:
+    """Whether the kernels can run on these operands (one supported datatype, numba present)."""
+    dtypes = {a.dtype for a in arrays if a is not None}
+    return _available and len(dtypes) == 1 and dtypes <= DTYPES
+
+
+def _kernels() -> Any:
+    global _compiled
+    if _compiled is None:
+        with _lock:
+            if _compiled is None:
+                from pytapp.kernels import compiled
+
+                _compiled = compiled
+    return _compiled
+
+
+def _threads(work: int, threads: int | None) -> int:
+    if work < SERIAL_BELOW:
+        return 1
+    return threads if threads is not None else cores()
+
+
+def _operand(a: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype[Any],
+             writable: bool = False) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    if a is None:
+        buf, off, st = np.zeros(1, dtype=dtype), 0, (0,) * len(shape)
+    else:
+        view = np.broadcast_to(a, shape) if a.shape != shape else a
+        buf, off, st = flat(view)
+    if not writable and buf.flags.writeable:
+        buf = buf.view()
+        buf.flags.writeable = False  # one compiled type for every input, read-only
+    return buf, off, st
+
+
+def _mode(y: Any, c: Any, conj_x: bool, conj_y: bool, conj_c: bool, conj_out: bool,
+          complex_: bool) -> int:
+    k = _kernels()
+    mode = (k.HAS_Y if y is not None else 0) | (k.HAS_C if c is not None else 0)
+    if complex_:
+        mode |= ((k.CONJ_X if conj_x else 0) | (k.CONJ_Y if conj_y else 0)
+                 | (k.CONJ_C if conj_c else 0) | (k.CONJ_OUT if conj_out else 0))
+    return mode
+
+
+def fused(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
+          c: np.ndarray | None = None, *, alpha: Any = 1, beta: Any = 0,
+          conj_x: bool = False, conj_y: bool = False, conj_c: bool = False,
+          conj_out: bool = False, threads: int | None = None) -> None:
+    """``out = op(alpha op(x) op(y) + beta op(c))``; inputs broadcast against ``out``.
+
+    Every operand has ``out``'s datatype (:func:`supports`); ``out`` must not overlap the
+    inputs unless it is the same view (in-place accumulation ``c is out``).
+    """
+    shape = out.shape
+    if out.size == 0:
+        return
+    dtype = out.dtype
+    ops = [flat(out)] + [_operand(a, shape, dtype) for a in (x, y, c)]
+    order = order_dims(shape, ops[0][2])
+    ext, st = merge_dims(shape, [o[2] for o in ops], order)
+    if not ext:  # a single element
+        ext, st = [1], [[0] for _ in ops]
+    tdim = 0
+    for s in st[1:]:  # an input not contiguous along the output's fastest dimension: tile
+        fastest = min(range(len(ext)), key=lambda d: (abs(s[d]) if s[d] else 1 << 62, d))
+        if fastest != 0 and s[fastest] != 0 and abs(s[0]) != 1:
+            tdim = fastest
+            break
+    k = _kernels()
+    (ob, oo, _), (xb, xo, _), (yb, yo, _), (cb, co, _) = ops
+    arr = [np.asarray(s_, dtype=np.int64) for s_ in st]
+    shape_arr = np.asarray(ext, dtype=np.int64)
+    args = (ob, oo, arr[0], xb, xo, arr[1], yb, yo, arr[2], cb, co, arr[3], shape_arr, tdim,
+            dtype.type(alpha), dtype.type(beta),
+            _mode(y, c, conj_x, conj_y, conj_c, conj_out, dtype.kind == "c"))
+    run_blocks(lambda lo, hi: k.fused_elementwise(*args, lo, hi),
+               k.elementwise_blocks(shape_arr, tdim), _threads(out.size, threads))
+
+
+def reduce(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
+           c: np.ndarray | None = None, *, alpha: Any = 1, beta: Any = 0,
+           conj_x: bool = False, conj_y: bool = False, conj_c: bool = False,
+           conj_out: bool = False, threads: int | None = None) -> None:
+    """``out[m] = op(alpha sum_k op(x[m, k]) op(y[m, k]) + beta op(c[m]))``.
+
+    ``x`` and ``y`` have shape ``out.shape + summed extents`` (``y`` broadcast against it,
+    zero strides where it does not vary); ``c`` has ``out``'s shape. At least one summed
+    dimension; every operand has ``out``'s datatype.
+    """
+    keep = out.ndim
+    full = x.shape
+    if out.size == 0:
+        return
+    dtype = out.dtype
+    o_buf, o_off, o_st = flat(out)
+    ops = [(o_buf, o_off, o_st + (0,) * (len(full) - keep))]
+    ops += [_operand(a, full, dtype) for a in (x, y)]
+    cb, co, cst = _operand(c, out.shape, dtype)
+    ops.append((cb, co, cst + (0,) * (len(full) - keep)))
+    kept = order_dims(full[:keep], o_st)
+    x_st = ops[1][2]
+    summed = sorted((d for d in range(keep, len(full)) if full[d] > 1),
+                    key=lambda d: (abs(x_st[d]), d))
+    ek, sk = merge_dims(full, [o[2] for o in ops], kept)
+    es, ss = merge_dims(full, [o[2] for o in ops], summed)
+    if not ek:
+        ek, sk = [1], [[0] for _ in ops]
+    if not es:
+        es, ss = [1], [[0] for _ in ops]
+    ext = ek + es
+    st = [a + b for a, b in zip(sk, ss, strict=True)]
+    inner_keep = abs(st[1][0]) <= abs(st[1][len(ek)]) and ek[0] > 1
+    k = _kernels()
+    arr = [np.asarray(s_, dtype=np.int64) for s_ in st]
+    (ob, oo, _), (xb, xo, _), (yb, yo, _), (cb2, co2, _) = ops
+    args = (ob, oo, arr[0], xb, xo, arr[1], yb, yo, arr[2], cb2, co2, arr[3],
+            np.asarray(ext, dtype=np.int64), len(ek), inner_keep, dtype.type(alpha),
+            dtype.type(beta), _mode(y, c, conj_x, conj_y, conj_c, conj_out, dtype.kind == "c"),
+            dtype.type(0))
+    rows = prod(ek[1:]) if inner_keep else prod(ek)
+    run_blocks(lambda lo, hi: k.fused_reduce(*args, lo, hi), rows, _threads(x.size, threads))

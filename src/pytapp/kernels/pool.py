@@ -1,0 +1,62 @@
+"""The threads that run kernel blocks: a small pool of Python threads (created on first use).
+
+Kernels release the GIL, so blocks of one call run in parallel on these threads. Idle threads
+sleep on a queue instead of spinning, so they leave the cores to the BLAS call that follows.
+
+Examples
+--------
+>>> seen = []
+>>> run_blocks(lambda lo, hi: seen.append((lo, hi)), 10, threads=2, min_blocks=1)
+>>> sorted(seen)
+[(0, 5), (5, 10)]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["cores", "run_blocks"]
+
+_pool: ThreadPoolExecutor | None = None
+_size = 0
+_lock = threading.Lock()
+
+
+def cores() -> int:
+    """Cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    global _pool, _size
+    with _lock:
+        if _pool is None or _size < threads:
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pytapp-kernel")
+            _size = threads
+        return _pool
+
+
+def run_blocks(work: Callable[[int, int], object], blocks: int, threads: int,
+               min_blocks: int = 2) -> None:
+    """Run ``work(lo, hi)`` over ``[0, blocks)`` split into ``threads`` contiguous ranges.
+
+    One range (on the calling thread) when ``threads`` is 1 or there are fewer than
+    ``min_blocks`` blocks per thread.
+    """
+    n = max(1, min(threads, blocks // max(min_blocks, 1)))
+    if n <= 1:
+        work(0, blocks)
+        return
+    bounds = [blocks * i // n for i in range(n + 1)]
+    ranges = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+    futures = [_executor(n).submit(work, lo, hi) for lo, hi in ranges[1:]]
+    work(*ranges[0])  # the caller works too
+    for f in futures:
+        f.result()

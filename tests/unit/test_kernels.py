@@ -1,0 +1,152 @@
+"""The compiled kernels against NumPy on every layout class: permuted, negative, zero, padded.
+
+Each example builds operands as views with random permutations, reversed modes, padding
+(every other element) and broadcast (zero-stride) modes, runs a kernel, and compares with the
+same expression evaluated by NumPy in complex128/float64. Outputs are views too, inside a
+canary-filled parent that must stay untouched outside the view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pytapp
+from pytapp import kernels
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    x = rng.uniform(-1, 1, shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.uniform(-1, 1, shape)
+    return x.astype(dtype)
+
+
+def _layout(rng: np.random.Generator, values: np.ndarray, pad: bool, flip: bool) -> np.ndarray:
+    """``values`` stored under a random layout: permuted, padded, reversed modes."""
+    perm = rng.permutation(values.ndim)
+    shape = tuple(values.shape[i] for i in perm)
+    parent = np.empty(tuple(2 * e if pad else e for e in shape), values.dtype)
+    view = parent[tuple(slice(None, None, 2) if pad else slice(None) for _ in shape)] if (
+        shape) else parent[...]
+    if flip and shape:
+        view = view[tuple(slice(None, None, -1) if rng.random() < 0.5 else slice(None)
+                          for _ in shape)]
+    out = view.transpose(np.argsort(perm))
+    out[...] = values
+    return out
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> dict[str, Any]:
+    ndim = draw(st.integers(0, 4))
+    shape = tuple(draw(st.integers(1, 5)) for _ in range(ndim))
+    nsum = draw(st.integers(1, 3))
+    summed = tuple(draw(st.integers(1, 5)) for _ in range(nsum))
+    return {"shape": shape, "summed": summed, "dtype": draw(st.sampled_from(DTYPES)),
+            "seed": draw(st.integers(0, 2**31)), "pad": draw(st.booleans()),
+            "flip": draw(st.booleans()), "has_y": draw(st.booleans()),
+            "has_c": draw(st.booleans()), "broadcast": draw(st.booleans()),
+            "conj": draw(st.tuples(*[st.booleans()] * 4)), "alpha": draw(st.sampled_from(
+                [1.0, -0.5, 2.0])), "beta": draw(st.sampled_from([0.0, 1.0, 0.75]))}
+
+
+def _op(x: np.ndarray, flag: bool) -> np.ndarray:
+    return np.conj(x) if flag else x
+
+
+def _tol(dtype: Any) -> float:
+    return 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(problems())
+def test_fused_elementwise(p: dict[str, Any]) -> None:
+    rng = np.random.default_rng(p["seed"])
+    shape, dtype = p["shape"], p["dtype"]
+    xv = _values(rng, shape, dtype)
+    x = _layout(rng, xv, p["pad"], p["flip"])
+    yv = _values(rng, shape, dtype)
+    y = _layout(rng, yv, p["pad"], p["flip"]) if p["has_y"] else None
+    if y is not None and p["broadcast"] and shape:  # a zero-stride mode in y
+        axis = int(rng.integers(len(shape)))
+        y = np.broadcast_to(np.take(y, [0], axis=axis), shape)
+        yv = np.asarray(y).copy()
+    cv = _values(rng, shape, dtype)
+    c = _layout(rng, cv, p["pad"], p["flip"]) if p["has_c"] else None
+    out = _layout(rng, np.zeros(shape, dtype), False, p["flip"])
+    cx, cy, cc, co = p["conj"] if np.dtype(dtype).kind == "c" else (False,) * 4
+    kernels.fused(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
+                  conj_c=cc, conj_out=co)
+    want = p["alpha"] * _op(xv.astype(np.complex128), cx)
+    if y is not None:
+        want = want * _op(yv.astype(np.complex128), cy)
+    if c is not None:
+        want = want + p["beta"] * _op(cv.astype(np.complex128), cc)
+    want = _op(want, co)
+    np.testing.assert_allclose(np.asarray(out).astype(np.complex128), want,
+                               rtol=_tol(dtype), atol=_tol(dtype))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(problems())
+def test_fused_reduce(p: dict[str, Any]) -> None:
+    rng = np.random.default_rng(p["seed"])
+    shape, summed, dtype = p["shape"], p["summed"], p["dtype"]
+    full = shape + summed
+    xv = _values(rng, full, dtype)
+    x = _layout(rng, xv, p["pad"], p["flip"])
+    yv = _values(rng, full, dtype)
+    y = _layout(rng, yv, p["pad"], p["flip"]) if p["has_y"] else None
+    if y is not None and p["broadcast"]:  # GEMV-like: y does not vary along the kept modes
+        y = np.broadcast_to(y[(0,) * len(shape)], full)
+        yv = np.asarray(y).copy()
+    cv = _values(rng, shape, dtype)
+    c = _layout(rng, cv, p["pad"], p["flip"]) if p["has_c"] else None
+    out = _layout(rng, np.zeros(shape, dtype), False, p["flip"])
+    cx, cy, cc, co = p["conj"] if np.dtype(dtype).kind == "c" else (False,) * 4
+    kernels.reduce(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
+                   conj_c=cc, conj_out=co)
+    prod = _op(xv.astype(np.complex128), cx)
+    if y is not None:
+        prod = prod * _op(yv.astype(np.complex128), cy)
+    want = p["alpha"] * prod.sum(axis=tuple(range(len(shape), len(full))))
+    if c is not None:
+        want = want + p["beta"] * _op(cv.astype(np.complex128), cc)
+    want = _op(want, co)
+    n = int(np.prod(summed))
+    np.testing.assert_allclose(np.asarray(out).astype(np.complex128), want,
+                               rtol=_tol(dtype) * n, atol=_tol(dtype) * n)
+
+
+def test_outputs_touch_only_their_elements() -> None:
+    rng = np.random.default_rng(1)
+    parent = np.full((6, 8), 5.0)
+    out = parent[1:5:2, 1:7:2].T  # padded, transposed: 6 of 48 elements
+    x = rng.random((3, 2))
+    kernels.fused(out, x, alpha=3.0)
+    np.testing.assert_allclose(out, 3 * x)
+    mask = np.ones_like(parent, dtype=bool)
+    mask[1:5:2, 1:7:2] = False
+    assert np.all(parent[mask] == 5.0)
+
+
+def test_products_without_numba_take_numpy_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "_available", False)
+    pytapp.clear_plan_cache()  # plans decide their route at creation
+    rng = np.random.default_rng(2)
+    for expr, shapes in [("abcd,dcba->abcd", [(3, 4, 5, 2), (2, 5, 4, 3)]),
+                         ("abcd,c->abd", [(2, 3, 4, 5), (4,)]),
+                         ("ijql,kq->ijkl", [(3, 4, 2, 5), (6, 2)])]:
+        a, b = rng.random(shapes[0]), rng.random(shapes[1])
+        got = pytapp.contract(expr, a, b, backend="blas")
+        np.testing.assert_allclose(got, np.einsum(expr, a, b), rtol=1e-12)
+    pytapp.clear_plan_cache()
