@@ -1,4 +1,4 @@
-"""Command line: ``pytapp info | explain CODE | check | bench | demo``.
+"""Command line: ``pytapp info | explain CODE | check | plan | bench | report | demo``.
 
 Examples
 --------
@@ -144,6 +144,39 @@ def _check_isolated(backend: str, cases: list[int], seeds: int) -> int:
         tail = f", {unsupported} unsupported" if unsupported else ""
         print(f"{passed} passed, {failed} failed{tail}", flush=True)
     return 0 if failed == 0 else 1
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from pytapp.contract import parse_expression
+    from pytapp.datatypes import Datatype
+    from pytapp.product import TensorProduct
+    from pytapp.tensor import TensorInfo
+
+    try:
+        la, lb, ld = parse_expression(args.expr)
+        dt = Datatype.from_name(args.dtype)
+        shapes = [tuple(int(e) for e in s.lower().split("x") if e) for s in args.shapes]
+        if len(shapes) != 2:
+            raise ValueError("give two shapes, for A and B, like 64x32 32x16")
+        extents = dict(zip(la + lb, shapes[0] + shapes[1], strict=False))
+        missing = [x for x in ld if x not in extents]
+        if missing or len(shapes[0]) != len(la) or len(shapes[1]) != len(lb):
+            raise ValueError(f"the shapes {args.shapes} do not match {args.expr!r}")
+        infos = [TensorInfo(dt, shapes[0]), TensorInfo(dt, shapes[1]),
+                 TensorInfo(dt, tuple(extents[x] for x in ld))]
+        with Handle(args.backend) as handle:
+            plan = TensorProduct(handle, infos[0], la, infos[1], lb, None, None, infos[2], ld)
+            if args.run:
+                rng = np.random.default_rng(0)
+                data = [rng.uniform(-1, 1, i.extents).astype(dt.numpy_dtype) for i in infos]
+                plan.execute(1.0, data[0], data[1], 0.0, None, data[2])
+            print(plan.explain())
+    except (TappError, ValueError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    return 0
 
 
 def _progress_printer() -> tuple[Any, Any]:
@@ -307,6 +340,15 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="run every case in a child process, so a crash is reported as that "
                         "case's failure (default: on with --library, off otherwise)")
     p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("plan", help="show the plan of a product: candidates, predicted times")
+    p.add_argument("expr", help="einsum-style expression, e.g. 'ijql,kq->ijkl'")
+    p.add_argument("--shapes", nargs=2, required=True, metavar="SHAPE",
+                   help="shapes of A and B, e.g. 48x48x24x48 48x24")
+    p.add_argument("--dtype", default="f64", help="datatype of every operand (default f64)")
+    p.add_argument("--backend", default="auto", help="backend (default auto)")
+    p.add_argument("--run", action="store_true",
+                   help="execute once on random data first (auto then shows measured times)")
+    p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
     p.add_argument("--suite", default="quick", help="quick (default), full or small")
     p.add_argument("--backend", nargs="+", default=["auto", "blas"],

@@ -195,6 +195,27 @@ class TensorProduct(TappObject):
         plan = self._plan
         return plan.algorithm if plan is not None else self._algorithm
 
+    def explain(self) -> str:
+        """What this plan does and why: the product, the backend's algorithm and, for
+        ``auto``, every candidate with its predicted (and, once tuned, measured) time.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from pytapp import Handle, TensorInfo, TensorProduct
+        >>> x = TensorInfo.from_array(np.ones((2, 2)))
+        >>> print(TensorProduct(Handle("blas"), x, "ik", x, "kj", None, None, x, "ij")
+        ...       .explain().splitlines()[0])
+        ik,kj->ij (F64 x F64 -> F64, prec DEFAULT) on blas
+        """
+        spec = self.spec
+        head = (f"{spec.einsum()} ({spec.a.datatype.name} x {spec.b.datatype.name} -> "
+                f"{spec.d.datatype.name}, prec {spec.prec.name}) on {self.backend_name}")
+        plan = self._plan
+        detail = getattr(plan, "explain", None)
+        body = detail() if callable(detail) else f"{self.algorithm}"
+        return f"{head}\n{body}\nworkspace: {self.workspace_bytes} bytes, flops: {spec.flops}"
+
     @property
     def backend_name(self) -> str:
         """Name of the backend that runs this plan."""

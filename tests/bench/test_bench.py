@@ -38,8 +38,9 @@ def test_generators_are_seeded_and_scalable() -> None:
 
 
 def test_arrays_are_random_not_zero() -> None:
-    a, b, d = TINY[0].arrays(seed=1)
+    a, b, c, d = TINY[0].arrays(seed=1)
     assert np.count_nonzero(a) == a.size and np.count_nonzero(b) == b.size
+    assert np.count_nonzero(c) == c.size and c.shape == d.shape
     assert d.shape == TINY[0].shape(TINY[0].labels[2])
 
 
@@ -54,9 +55,10 @@ def test_time_call_counts() -> None:
     assert 10 <= len(times) <= 40
 
 
-def _wrong(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
+def _wrong(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+           d: np.ndarray) -> Contender:
     def call() -> np.ndarray:
-        return np.einsum(case.einsum, a, b) * 1.01
+        return (0.75 * np.einsum(case.einsum, a, b) - 0.5 * c) * 1.01
 
     return Contender("wrong", call, np.asarray, "backend")
 

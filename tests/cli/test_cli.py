@@ -54,3 +54,13 @@ def test_demo_runs_examples_and_quick_bench() -> None:
     assert out.returncode == 0, out.stderr
     assert "both agree with numpy.einsum" in out.stdout
     assert "geometric" in out.stdout
+
+
+def test_plan_command_shows_candidates(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "ijql,kq->ijkl", "--shapes", "6x5x4x3", "7x4", "--backend", "blas"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ijql,kq->ijkl (F64 x F64 -> F64") and "on blas" in out
+    assert main(["plan", "ij,jk->ik", "--shapes", "3x4", "4x5", "--run"]) == 0
+    assert "auto chose" in capsys.readouterr().out
+    assert main(["plan", "ij,jk->ik", "--shapes", "3x4", "5x6"]) == 2  # error 1, reported
+    assert main(["plan", "ij,jk->ik", "--shapes", "3x4x2", "4x5"]) == 2

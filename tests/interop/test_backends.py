@@ -144,13 +144,21 @@ def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.M
     assert again.algorithm.startswith(f"auto -> {chosen}")
 
 
-def test_auto_prefers_torch_for_bf16_inputs() -> None:
+@pytest.mark.parametrize("native_faster", [True, False])
+def test_auto_low_precision_follows_measured_rates(native_faster: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     if not backends.available()["torch"][0]:
         pytest.skip("torch not installed")
+    from pytapp.backends import auto
+    from pytapp.machine import Machine
+
+    rates = {"numpy": {"f32": 1e11}, "torch": {"bf16": 4e11 if native_faster else 2e10}}
+    monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e10, rates, rates))
     info = TensorInfo(Datatype.BF16, (4, 4))
     plan = TensorProduct(Handle("auto"), info, "ik", info, "kj", None, None,
                          TensorInfo(Datatype.F32, (4, 4)), "ij")
-    assert plan.algorithm.startswith("auto -> torch")
+    want = "torch" if native_faster else "blas"
+    assert plan.algorithm.startswith(f"auto -> {want}")
 
 
 def test_tblis_conjugation_with_beta() -> None:

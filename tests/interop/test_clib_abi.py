@@ -24,6 +24,13 @@ from pytapp.backends import clib
 HANDLES, EXECUTORS, INFOS, PRODUCTS = range(4)
 
 
+@pytest.fixture(autouse=True)
+def _no_garbage_from_other_tests() -> None:
+    """Counts of live C objects start from what other tests really left alive."""
+    pytapp.clear_plan_cache()
+    gc.collect()
+
+
 def _live(path: str) -> list[int]:
     lib = ctypes.CDLL(os.path.abspath(path))  # the same loaded image: the same counters
     return [int(lib.tapp_brute_live(k)) for k in range(4)]

@@ -1,12 +1,15 @@
 """The ``auto`` backend: picks a backend per plan, and records what ran.
 
-Without measurements it follows a cost model: products whose inputs are stored in F16/BF16 go
-to ``torch`` when it is installed (native low-precision matmul, fast conversions), F16
-accumulation to ``reference`` through ``blas``, everything else to ``blas``; a candidate that
-cannot run the product (capabilities) is skipped. With ``Executor(autotune=True)`` the first
-execution times every capable candidate on the real operands, keeps the fastest, and remembers
-the winner per product structure in a bounded cache (persisted as JSON when the environment
-variable ``PYTAPP_AUTOTUNE_CACHE`` names a file).
+A cost model in seconds ranks the capable backends from this machine's measured constants
+(:mod:`pytapp.machine`: GEMM rates of NumPy's BLAS and torch per datatype, copy bandwidth):
+products that blas runs as one compiled kernel pass or as GEMMs on strided views stay on
+blas, F16/BF16 inputs go to torch when its native low-precision GEMM is the faster here,
+small-k TTGT with large copies to tblis, the rest to the smallest prediction. A product
+predicted above :data:`TUNE_ABOVE_SECONDS` is then timed once on every capable backend at its
+first execution and the winner is kept (``PYTAPP_AUTOTUNE=0`` never times, ``=1`` or
+``Executor(autotune=True)`` always does); winners are remembered per product structure in a
+bounded cache (persisted as JSON when ``PYTAPP_AUTOTUNE_CACHE`` names a file).
+``plan.explain()`` shows the candidates with predicted and measured times.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.cost import MachineModel, gemm_seconds, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
 from pytapp.executor import Executor
+from pytapp.machine import Machine
+from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
@@ -83,55 +89,130 @@ def _remember(key: str, name: str) -> None:
                 pass
 
 
-#: GEMMs from which MKL (through torch) beats NumPy's OpenBLAS here: contraction size and
-#: multiply-adds.
-TORCH_MIN_K = 256
-TORCH_MIN_MACS = 1 << 27
 #: Small contraction sizes where TBLIS (no explicit transposition) beats TTGT ...
 TBLIS_MAX_K = 64
 #: ... when TTGT would copy this many bytes, or cannot write D directly.
 TBLIS_MIN_COPY = 16 << 20
+#: Products predicted to take longer than this are timed on every capable backend at their
+#: first execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides.
+TUNE_ABOVE_SECONDS = 2e-3
+#: Pause before timing each candidate while tuning (idle time for the previous one's threads).
+TUNE_SETTLE_SECONDS = 0.02
+_LOW = frozenset({Datatype.F16, Datatype.BF16})
+
+
+def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, Any] | None,
+                machine: Machine) -> dict[str, float]:
+    """Predicted seconds of each capable backend, from this machine's measured constants.
+
+    blas: its chosen route (one pass of a compiled kernel over the operands, GEMMs on views,
+    or TTGT with its copies) at NumPy's GEMM rate; torch: the same TTGT at torch's rate (its
+    native rate for F16/BF16 inputs); tblis: the GEMM without copies at NumPy's rate.
+    """
+    p = profile or {}
+    cplx = spec.rule.is_complex
+    dt = ("c64" if spec.rule.real is Datatype.F32 else "c128") if cplx else (
+        "f32" if spec.rule.real is Datatype.F32 else "f64")
+    item = {"f32": 4, "f64": 8, "c64": 8, "c128": 16}[dt]
+    touched = item * sum(op.size for op in spec.operands)
+    out: dict[str, float] = {}
+    m, n, k, h = p.get("m", 1), p.get("n", 1), p.get("k", 1), p.get("h", 1)
+    stored = 0 if p.get("d_direct", True) else spec.d.size * item
+    copies = p.get("copy_bytes", 0)
+
+    def model(library: str, rate_dt: str) -> MachineModel:
+        rate = machine.gemm_rate(library, rate_dt) or machine.gemm_rate("numpy", dt) or 1e10
+        return MachineModel(gemm_flops=rate, bandwidth=machine.bandwidth)
+
+    low = spec.a.datatype in _LOW and spec.b.datatype in _LOW
+    for name in capable:
+        if name == "blas":
+            route = p.get("route")
+            if route in ("elementwise", "reduce"):
+                out[name] = touched / machine.bandwidth
+            elif route == "view-gemm":
+                vm, vn, vk, calls = p["view"]
+                out[name] = view_gemm_seconds(vm, vn, vk, calls, model("numpy", dt), cplx)
+            elif p.get("kind") == "gemm":
+                out[name] = ttgt_seconds(m, n, k, h, copies, stored, model("numpy", dt), cplx)
+            else:
+                out[name] = 2 * touched / machine.bandwidth
+        elif name == "torch":
+            rate_dt = spec.a.datatype.short_name if low else dt
+            out[name] = (ttgt_seconds(m, n, k, h, copies, stored, model("torch", rate_dt), cplx)
+                         if p.get("kind") == "gemm" else 2 * touched / machine.bandwidth)
+        elif name == "tblis":
+            out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
+                         if p.get("kind") == "gemm" else 2 * touched / machine.bandwidth)
+    return out
 
 
 def model_choice(spec: ContractionSpec, capable: list[str],
-                 profile: dict[str, Any] | None = None) -> str:
-    """The cost model's pick among ``capable`` backends (``profile``: the blas plan's).
+                 profile: dict[str, Any] | None = None,
+                 machine: Machine | None = None) -> str:
+    """The cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
-    Measured on the public benchmark cases (docs/benchmarks.md): torch for F16/BF16 inputs
-    (native conversions and matmul) and for large-k GEMMs (MKL); tblis where TTGT would copy
-    much or cannot write D in place for a small k, or for elementwise products into permuted
-    outputs; blas otherwise.
+    F16 accumulation runs on blas's exact loop; a product blas runs as one compiled kernel
+    pass or as GEMMs on views stays on blas (nothing is copied); F16/BF16 inputs go to torch
+    when its native low-precision GEMM is faster here than NumPy's F32 GEMM (it is on CPUs
+    with AMX or AVX512-BF16, not on others); small-k TTGT with large copies goes to tblis;
+    otherwise the smallest predicted time among blas and torch wins.
     """
-    low = {Datatype.F16, Datatype.BF16}
     if spec.rule.real is Datatype.F16 and "blas" in capable:
         return "blas"
-    if spec.a.datatype in low and spec.b.datatype in low and "torch" in capable:
-        return "torch"
+    machine = machine or machine_constants()
     p = profile or {}
+    if p.get("route") and "blas" in capable:
+        return "blas"
+    if spec.a.datatype in _LOW and spec.b.datatype in _LOW and "torch" in capable:
+        native = machine.gemm_rate("torch", spec.a.datatype.short_name)
+        return "torch" if native >= machine.gemm_rate("numpy", "f32") or (
+            "blas" not in capable) else "blas"
     kind = p.get("kind")
-    macs = p.get("h", 1) * p.get("m", 0) * p.get("n", 0) * p.get("k", 0)
-    if (kind == "gemm" and "torch" in capable and p.get("h") == 1
-            and p.get("k", 0) >= TORCH_MIN_K and macs >= TORCH_MIN_MACS):
-        return "torch"
     if "tblis" in capable and (
         (kind == "gemm" and p.get("k", 0) <= TBLIS_MAX_K
          and (not p.get("d_direct") or p.get("copy_bytes", 0) >= TBLIS_MIN_COPY))
         or (kind == "elementwise" and not p.get("d_direct"))
     ):
         return "tblis"
+    ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine)
+    if ranked:
+        return min(ranked, key=lambda name: ranked[name])
     return "blas" if "blas" in capable else capable[0]
+
+
+def _tune_policy() -> str:
+    return os.environ.get("PYTAPP_AUTOTUNE", "auto").strip().lower() or "auto"
 
 
 class AutoPlan:
     """The chosen backend's plan; the other candidates are planned only for autotuning."""
 
     def __init__(self, spec: ContractionSpec, candidates: dict[str, Backend], choice: str,
-                 executor: Executor | None) -> None:
+                 executor: Executor | None, predicted: dict[str, float] | None = None) -> None:
         self.spec, self.candidates, self.choice = spec, candidates, choice
         self.plans: dict[str, BackendPlan] = {choice: candidates[choice].plan(spec, executor)}
         self.key = _key(spec)
         self.tuned = False
+        self.predicted = dict(predicted or {})
+        self.measured: dict[str, float] = {}
         self._prefix = f"auto -> {choice}: "
+
+    def explain(self) -> str:
+        """Candidates with predicted (and, once tuned, measured) seconds, and the choice."""
+        lines = [f"auto chose {self.choice}: {self.plans[self.choice].algorithm}"]
+        for name in self.candidates:
+            if name not in self.predicted and name != self.choice:
+                continue
+            pred = self.predicted.get(name)
+            meas = self.measured.get(name)
+            cells = [f"predicted {pred * 1e3:9.3f} ms" if pred is not None else
+                     "predicted         -   "]
+            if meas is not None:
+                cells.append(f"measured {meas * 1e3:9.3f} ms")
+            mark = "*" if name == self.choice else " "
+            lines.append(f" {mark} {name:<10} " + "  ".join(cells))
+        return "\n".join(lines)
 
     @property
     def algorithm(self) -> str:
@@ -152,16 +233,35 @@ class AutoPlan:
             try:
                 plan = self.plans.get(name) or backend.plan(self.spec, executor)
                 self.plans[name] = plan
-                start = time.perf_counter()
+                # The previous candidate's worker threads keep spinning for a while and would
+                # slow this one down: let them go idle, warm up (first calls compile and
+                # allocate), then keep the better of two runs.
+                time.sleep(TUNE_SETTLE_SECONDS)
                 plan.run(bound, executor)
-            except TappError:
+                best = float("inf")
+                for _ in range(2):
+                    start = time.perf_counter()
+                    plan.run(bound, executor)
+                    best = min(best, time.perf_counter() - start)
+            except Exception:  # a candidate that cannot run these operands is not chosen
                 continue
-            times[name] = time.perf_counter() - start
+            times[name] = best
+        self.measured = dict(times)
         if times:
             self.choice = min(times, key=lambda n: times[n])
             self._prefix = f"auto -> {self.choice}: "
             _remember(self.key, self.choice)
         self.tuned = True
+
+    def _should_tune(self, executor: Executor | None) -> bool:
+        """Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) a product whose
+        chosen backend is predicted to take long enough that timing the others once pays."""
+        policy = _tune_policy()
+        if policy in ("0", "off", "never") or len(self.candidates) < 2:
+            return False
+        if (executor is not None and executor.autotune) or policy in ("1", "on", "always"):
+            return True
+        return self.predicted.get(self.choice, 0.0) >= TUNE_ABOVE_SECONDS
 
     def release(self) -> None:
         """Release every candidate's plan."""
@@ -171,7 +271,7 @@ class AutoPlan:
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Run the chosen backend (timing the candidates first when autotuning)."""
-        if executor is not None and executor.autotune and not self.tuned:
+        if not self.tuned and self._should_tune(executor):
             writes_input = bound.c is not None and np.may_share_memory(bound.c, bound.d)
             if not writes_input:  # every candidate must see the same C
                 self._tune(bound, executor)
@@ -209,12 +309,15 @@ class AutoBackend(Stateless):
         if "blas" in candidates:
             blas_plan = candidates["blas"].plan(spec, executor)
             profile = getattr(blas_plan, "profile", None)
+        machine = machine_constants()
+        tunable = [n for n in candidates if n != "reference"]
+        predicted = predictions(spec, tunable, profile, machine)
         choice = remembered if remembered in candidates else model_choice(
-            spec, list(candidates), profile)
+            spec, list(candidates), profile, machine)
         try:
-            plan = AutoPlan(spec, candidates, str(choice), executor)
+            plan = AutoPlan(spec, candidates, str(choice), executor, predicted)
         except TappError:
             choice = "blas" if "blas" in candidates and choice != "blas" else "reference"
-            plan = AutoPlan(spec, candidates, choice, executor)
+            plan = AutoPlan(spec, candidates, choice, executor, predicted)
         plan.tuned = remembered in candidates
         return plan

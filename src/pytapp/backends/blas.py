@@ -155,6 +155,9 @@ class BlasPlan(Stateless):
             self.algorithm = self.route_description()
             self.workspace_bytes = 0
             self.profile["route"] = self.route
+            if self.route == "view-gemm":
+                g = self.view_gemm
+                self.profile["view"] = (g.m, g.n, g.k, g.calls)
 
     # ----------------------------------------------------------------- kernel routes
     def _uniform(self) -> bool:

@@ -21,7 +21,8 @@ import numpy as np
 
 from pytapp.datatypes import Datatype
 
-__all__ = ["DOMAINS", "BenchCase", "generate", "load_public", "small_family", "suite"]
+__all__ = ["DOMAINS", "BenchCase", "generate", "load_public", "random_case", "small_family",
+           "suite"]
 
 DOMAINS = (
     "quantum chemistry", "tensor networks", "machine learning", "tensor decomposition",
@@ -58,15 +59,27 @@ class BenchCase:
 
     @property
     def flops(self) -> int:
-        """2 per multiply-add over all distinct labels (8 for complex)."""
-        n = prod(self.extents.values())
-        return (8 if self.datatype.is_complex else 2) * n
+        """Least floating-point work of ``alpha A B + beta C``: isolated labels summed first
+        (one add per element), then 2 per multiply-add over the other distinct labels (8 for
+        complex), then the epilogue (3 per element of D)."""
+        la, lb, ld = self.labels
+        cplx = self.datatype.is_complex
+        isolated_a = set(la) - set(lb) - set(ld)
+        isolated_b = set(lb) - set(la) - set(ld)
+        core = set(la + lb + ld) - isolated_a - isolated_b
+        sums = sum(prod(self.extents[x] for x in set(lab)) for lab, iso in
+                   ((la, isolated_a), (lb, isolated_b)) if iso)
+        d = prod(self.extents[x] for x in set(ld))
+        return (2 if cplx else 1) * sums + (8 if cplx else 2) * prod(
+            self.extents[x] for x in core) + (6 if cplx else 3) * d
 
     @property
     def bytes_moved(self) -> int:
-        """Bytes of A, B and D: the least memory traffic of one product."""
+        """Bytes of the distinct elements of A, B, C and D (a repeated label reads a
+        diagonal): the least memory traffic of one operation."""
         a, b, d = self.labels
-        return self.datatype.itemsize * sum(prod(self.shape(x)) for x in (a, b, d))
+        return self.datatype.itemsize * sum(
+            prod(self.extents[x] for x in set(lab)) for lab in (a, b, d, d))
 
     def scaled(self, size: float) -> BenchCase:
         """Every extent multiplied by ``size`` (at least 1), for machines of other sizes."""
@@ -75,8 +88,8 @@ class BenchCase:
         ext = {k: max(1, round(v * size)) for k, v in self.extents.items()}
         return replace(self, extents=ext, name=f"{self.name}@{size:g}")
 
-    def arrays(self, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Fresh random A and B (never zeros) and a D to write into, row-major."""
+    def arrays(self, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh random A, B and C (never zeros) and a D to write into, row-major."""
         rng = np.random.default_rng(seed)
         dtype = self.datatype.numpy_dtype
         la, lb, ld = self.labels
@@ -87,7 +100,8 @@ class BenchCase:
                 x = x + 1j * rng.uniform(-1.0, 1.0, size=shape)
             return np.ascontiguousarray(x.astype(dtype))
 
-        return rand(self.shape(la)), rand(self.shape(lb)), np.zeros(self.shape(ld), dtype)
+        return (rand(self.shape(la)), rand(self.shape(lb)), rand(self.shape(ld)),
+                np.zeros(self.shape(ld), dtype))
 
     def to_json(self) -> dict[str, Any]:
         """The case as the JSON record it was read from."""
@@ -139,6 +153,46 @@ def generate(domain: str, seed: int, size: float = 1.0, dtype: str | None = None
     return BenchCase(f"gen_{slug}_{seed}", domain, expr, ext, chosen, "randomized")
 
 
+#: Datatypes of random cases and how often each is drawn.
+_RANDOM_DTYPES = (("f64", 0.35), ("f32", 0.3), ("c128", 0.15), ("c64", 0.12), ("bf16", 0.08))
+#: Most elements of one operand of a random case.
+_RANDOM_MAX_ELEMENTS = 1 << 24
+
+
+def random_case(seed: int, size: float = 1.0) -> BenchCase:
+    """A seeded random product, as the TAPP paper plans its randomized benchmarks.
+
+    Random label classes (0-1 Hadamard, 1-3 free of A, 0-3 free of B, 1-3 contracted, and
+    sometimes an isolated label of A), random mode orders in A, B and D, a random datatype,
+    and extents drawn so that the product has 0.2-3 GFLOP (times ``size``), with no operand
+    above 16M elements: 10-200 ms on a small machine.
+    """
+    rng = np.random.default_rng(seed)
+    counts = {"H": int(rng.integers(0, 2)), "FA": int(rng.integers(1, 4)),
+              "FB": int(rng.integers(0, 4)), "P": int(rng.integers(1, 4)),
+              "IA": int(rng.random() < 0.2)}
+    pool = list("abcdefghijklmnopqrstuvwxyz")
+    rng.shuffle(pool)
+    cls = {k: [pool.pop() for _ in range(n)] for k, n in counts.items()}
+    names = [x for k in cls for x in cls[k]]
+    dtypes = [name for name, _ in _RANDOM_DTYPES]
+    dtype = str(rng.choice(dtypes, p=[w for _, w in _RANDOM_DTYPES]))
+    target = 10 ** rng.uniform(8.3, 9.5) * size / (4 if dtype.startswith("c") else 1)
+    share = rng.uniform(0.5, 1.5, len(names))
+    logs = np.log(target / 2) * share / share.sum()
+    ext = {x: int(min(4096, max(2, round(np.exp(v))))) for x, v in zip(names, logs, strict=True)}
+    a = cls["H"] + cls["FA"] + cls["P"] + cls["IA"]
+    b = cls["H"] + cls["FB"] + cls["P"]
+    d = cls["H"] + cls["FA"] + cls["FB"]
+    for labels in (a, b, d):  # keep every operand within bounds: shrink its largest extents
+        while prod(ext[x] for x in labels) > _RANDOM_MAX_ELEMENTS:
+            big = max(labels, key=lambda x: ext[x])
+            ext[big] = max(2, ext[big] // 2)
+    words = ["".join(rng.permutation(lab)) for lab in (a, b, d)]
+    return BenchCase(f"random_{seed}", "random", f"{words[0]},{words[1]}->{words[2]}",
+                     {x: ext[x] for x in names}, dtype, "seeded random product")
+
+
 def small_family() -> list[BenchCase]:
     """Tiny products (extents 2-8) where per-call overhead of a reused plan dominates."""
     shapes = [
@@ -157,14 +211,21 @@ _QUICK = ("ccsd_ring_akic", "ccsd_ring_akic_c128", "mps_env_ket", "attn_scores",
           "tucker_mode1", "hadamard", "inner_full", "attn_scores_f16")
 
 
+#: Seeds of the random suite.
+RANDOM_SEEDS = range(12)
+
+
 def suite(name: str) -> list[BenchCase]:
-    """The cases of suite ``quick`` (public subset at half size), ``full`` or ``small``."""
+    """The cases of suite ``quick`` (public subset at half size), ``full`` (public, domain
+    generators and the random suite), ``random`` or ``small``."""
     if name == "small":
         return small_family()
+    if name == "random":
+        return [random_case(seed) for seed in RANDOM_SEEDS]
     public = load_public()
     if name == "quick":
         return [c.scaled(0.5) for c in public if c.name in _QUICK]
     if name == "full":
         generated = [generate(d, seed=i, size=1.0) for i, d in enumerate(DOMAINS[:3])]
-        return public + generated
-    raise ValueError(f"unknown suite {name!r}; choose quick, full or small")
+        return public + generated + suite("random")
+    raise ValueError(f"unknown suite {name!r}; choose quick, full, random or small")

@@ -1,9 +1,12 @@
 """Contenders timed side by side: pytapp backends and the libraries users would pick instead.
 
-Each contender turns (case, A, B, D) into a zero-argument callable that computes
-``D = A B`` the fastest way that library allows, plus a function that returns the result as a
-NumPy array (outside the timed region). A contender that cannot run a case raises
-:class:`NotApplicable` with the reason; it is reported as "n/a", never skipped silently.
+Each contender turns (case, A, B, C, D) into a zero-argument callable that computes the whole
+TAPP operation ``D = alpha A B + beta C`` (:data:`ALPHA`, :data:`BETA`) the fastest way that
+library allows, plus a function that returns the result as a NumPy array (outside the timed
+region). Peers without a fused epilogue do it with the cheapest in-place operations their
+library offers, on preallocated buffers where it allows them. A contender that cannot run a
+case raises :class:`NotApplicable` with the reason; it is reported as "n/a", never skipped
+silently.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ import numpy as np
 
 from pytapp.bench.cases import BenchCase
 
-__all__ = ["PEERS", "PEER_LABELS", "Contender", "NotApplicable", "backend_contender", "peer"]
+__all__ = ["ALPHA", "BETA", "PEERS", "PEER_LABELS", "Contender", "NotApplicable",
+           "backend_contender", "peer"]
+
+#: The scalars of every timed operation (exact in every datatype, BF16 included).
+ALPHA, BETA = 0.75, -0.5
 
 #: How each peer is named in reports (backends keep their own names).
 PEER_LABELS = {"numpy": "numpy.einsum", "opt_einsum": "opt_einsum", "tblis": "pytblis",
@@ -45,8 +52,8 @@ def _numpy_result(x: Any) -> np.ndarray:
 
 
 def backend_contender(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray,
-                      d: np.ndarray, threads: int | None = None) -> Contender:
-    """A reused pytapp plan on backend ``name`` writing into ``d``."""
+                      c: np.ndarray, d: np.ndarray, threads: int | None = None) -> Contender:
+    """A reused pytapp plan on backend ``name``: ``D = alpha A B + beta C`` into ``d``."""
     from pytapp.errors import TappError
     from pytapp.handle import Handle
     from pytapp.product import TensorProduct
@@ -56,59 +63,93 @@ def backend_contender(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray,
     try:
         handle = Handle(name)
         plan = TensorProduct(handle, TensorInfo.from_array(a), la, TensorInfo.from_array(b), lb,
-                             None, None, TensorInfo.from_array(d), ld)
+                             TensorInfo.from_array(c), ld, TensorInfo.from_array(d), ld)
         executor = handle.create_executor(threads=threads) if threads else None
     except TappError as exc:
         raise NotApplicable(exc.message) from exc
 
     def call() -> np.ndarray:
-        plan.execute(1.0, a, b, 0.0, None, d, executor)
+        plan.execute(ALPHA, a, b, BETA, c, d, executor)
         return d
 
     return Contender(name, call, _numpy_result, "backend", algorithm=plan.algorithm)
 
 
-def _numpy(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
-    expr = case.einsum
-    return Contender("numpy.einsum", lambda: np.einsum(expr, a, b, optimize=True), _numpy_result,
-                     "peer")
+def _numpy_epilogue(d: np.ndarray, c: np.ndarray) -> Callable[[], None]:
+    """``d = alpha d + beta c`` with NumPy's in-place ufuncs and a preallocated temporary."""
+    tmp = np.empty_like(d)
+
+    def finish() -> None:
+        np.multiply(d, d.dtype.type(ALPHA), out=d)
+        np.multiply(c, c.dtype.type(BETA), out=tmp)
+        np.add(d, tmp, out=d)
+
+    return finish
 
 
-def _opt_einsum(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
+def _numpy(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+           d: np.ndarray) -> Contender:
+    expr, finish = case.einsum, _numpy_epilogue(d, c)
+
+    def call() -> np.ndarray:
+        np.einsum(expr, a, b, optimize=True, out=d)
+        finish()
+        return d
+
+    return Contender("numpy.einsum", call, _numpy_result, "peer")
+
+
+def _opt_einsum(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                d: np.ndarray) -> Contender:
     oe = importlib.import_module("opt_einsum")
-    expr = case.einsum
-    return Contender("opt_einsum", lambda: oe.contract(expr, a, b), _numpy_result, "peer")
+    expr, finish = case.einsum, _numpy_epilogue(d, c)
+
+    def call() -> np.ndarray:
+        oe.contract(expr, a, b, out=d)
+        finish()
+        return d
+
+    return Contender("opt_einsum", call, _numpy_result, "peer")
 
 
-def _pytblis(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
+def _pytblis(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+             d: np.ndarray) -> Contender:
     tblis = importlib.import_module("pytblis")
     if case.dtype not in ("f32", "f64", "c64", "c128"):
         raise NotApplicable(f"TBLIS has no {case.dtype} kernels")
-    expr, out = case.einsum, np.zeros_like(d)
+    expr = case.einsum
 
-    def call() -> np.ndarray:
-        tblis.contract(expr, a, b, out=out)
-        return out
+    def call() -> np.ndarray:  # TBLIS fuses alpha and beta with the output as C
+        np.copyto(d, c)
+        tblis.contract(expr, a, b, alpha=ALPHA, beta=BETA, out=d, allow_partial_trace=True)
+        return d
 
     return Contender("pytblis", call, _numpy_result, "peer", traced_memory=False)
 
 
-def _torch(case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
+def _torch(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+           d: np.ndarray) -> Contender:
     torch = importlib.import_module("torch")
-    if case.dtype == "bf16":
-        ta = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-        tb = torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)
-    else:
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+    def tensor(x: np.ndarray) -> Any:
+        if case.dtype == "bf16":
+            return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(x)
+
+    ta, tb, tc = tensor(a), tensor(b), tensor(c)
     expr = case.einsum
+
+    def call() -> Any:
+        r = torch.einsum(expr, ta, tb)
+        r.mul_(ALPHA).add_(tc, alpha=BETA)  # in place, beta fused into the add
+        return r
 
     def result(x: Any) -> np.ndarray:
         if x.dtype == torch.bfloat16:
             return np.asarray(x.float().numpy())
         return np.asarray(x.numpy())
 
-    return Contender("torch.einsum", lambda: torch.einsum(expr, ta, tb), result, "peer",
-                     traced_memory=False)
+    return Contender("torch.einsum", call, result, "peer", traced_memory=False)
 
 
 PEERS: dict[str, tuple[str | None, Callable[..., Contender]]] = {
@@ -119,7 +160,8 @@ PEERS: dict[str, tuple[str | None, Callable[..., Contender]]] = {
 }
 
 
-def peer(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> Contender:
+def peer(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+         d: np.ndarray) -> Contender:
     """Prepare peer ``name`` for ``case``.
 
     Raises
@@ -135,4 +177,4 @@ def peer(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray, d: np.ndarray
             importlib.import_module(module)
         except ImportError as exc:
             raise NotApplicable(f"{module} is not installed (pip install {module})") from exc
-    return make(case, a, b, d)
+    return make(case, a, b, c, d)

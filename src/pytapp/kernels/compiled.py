@@ -151,14 +151,19 @@ def fused_reduce(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_s
                 yo += q * y_st[d]
                 co_ += q * c_st[d]
             acc = np.full(n0, acc_zero)
+            idx = np.zeros(nd, dtype=np.int64)
+            xk, yk = xo, yo
             for k in range(n_sum):
-                kk = k
-                xk, yk = xo, yo
-                for d in range(nkeep, nd):
-                    q2 = kk % shape[d]
-                    kk //= shape[d]
-                    xk += q2 * x_st[d]
-                    yk += q2 * y_st[d]
+                if k > 0:  # odometer over the summed dimensions: no division per step
+                    for d in range(nkeep, nd):
+                        idx[d] += 1
+                        xk += x_st[d]
+                        yk += y_st[d]
+                        if idx[d] < shape[d]:
+                            break
+                        xk -= shape[d] * x_st[d]
+                        yk -= shape[d] * y_st[d]
+                        idx[d] = 0
                 if has_y and sy0 == 0:  # GEMV: one element of y per step
                     yv = _conj(y[_u(yk)], cy)
                     if sx0 == 1 and not cx:
@@ -199,14 +204,19 @@ def fused_reduce(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_s
             yo += q * y_st[d]
             co_ += q * c_st[d]
         acc = acc_zero
+        idx2 = np.zeros(nd, dtype=np.int64)
+        xk, yk = xo, yo
         for k2 in range(n_rest):
-            kk2 = k2
-            xk, yk = xo, yo
-            for d in range(nkeep + 1, nd):
-                q3 = kk2 % shape[d]
-                kk2 //= shape[d]
-                xk += q3 * x_st[d]
-                yk += q3 * y_st[d]
+            if k2 > 0:
+                for d in range(nkeep + 1, nd):
+                    idx2[d] += 1
+                    xk += x_st[d]
+                    yk += y_st[d]
+                    if idx2[d] < shape[d]:
+                        break
+                    xk -= shape[d] * x_st[d]
+                    yk -= shape[d] * y_st[d]
+                    idx2[d] = 0
             if has_y and sx == 1 and sy == 1 and not cx and not cy:
                 for j in range(nk0):
                     acc += x[_u(xk + j)] * y[_u(yk + j)]
