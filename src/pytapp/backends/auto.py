@@ -95,7 +95,9 @@ TBLIS_MAX_K = 64
 TBLIS_MIN_COPY = 16 << 20
 #: Products predicted to take longer than this are timed on every capable backend at their
 #: first execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides.
-TUNE_ABOVE_SECONDS = 2e-3
+TUNE_ABOVE_SECONDS = 1e-3
+#: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
+CONVERT_SECONDS = 1e-9
 #: Pause before timing each candidate while tuning (idle time for the previous one's threads).
 TUNE_SETTLE_SECONDS = 0.02
 _LOW = frozenset({Datatype.F16, Datatype.BF16})
@@ -125,6 +127,8 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
         return MachineModel(gemm_flops=rate, bandwidth=machine.bandwidth)
 
     low = spec.a.datatype in _LOW and spec.b.datatype in _LOW
+    # NumPy converts F16/BF16 element by element (ml_dtypes): about a nanosecond each.
+    converted = sum(op.size for op in spec.operands if op.datatype in _LOW)
     for name in capable:
         if name == "blas":
             route = p.get("route")
@@ -137,6 +141,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
                 out[name] = ttgt_seconds(m, n, k, h, copies, stored, model("numpy", dt), cplx)
             else:
                 out[name] = 2 * touched / machine.bandwidth
+            out[name] += converted * CONVERT_SECONDS
         elif name == "torch":
             rate_dt = spec.a.datatype.short_name if low else dt
             out[name] = (ttgt_seconds(m, n, k, h, copies, stored, model("torch", rate_dt), cplx)
@@ -153,10 +158,11 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     """The cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
     F16 accumulation runs on blas's exact loop; a product blas runs as one compiled kernel
-    pass or as GEMMs on views stays on blas (nothing is copied); F16/BF16 inputs go to torch
-    when its native low-precision GEMM is faster here than NumPy's F32 GEMM (it is on CPUs
-    with AMX or AVX512-BF16, not on others); small-k TTGT with large copies goes to tblis;
-    otherwise the smallest predicted time among blas and torch wins.
+    pass or as GEMMs on views stays on blas (nothing is copied); F16/BF16 inputs go where the
+    prediction is smaller: torch's native low-precision GEMM (fast on CPUs with AMX or
+    AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the inputs; small-k
+    TTGT with large copies goes to tblis; otherwise the smallest prediction among blas and
+    torch wins.
     """
     if spec.rule.real is Datatype.F16 and "blas" in capable:
         return "blas"
@@ -165,9 +171,10 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     if p.get("route") and "blas" in capable:
         return "blas"
     if spec.a.datatype in _LOW and spec.b.datatype in _LOW and "torch" in capable:
-        native = machine.gemm_rate("torch", spec.a.datatype.short_name)
-        return "torch" if native >= machine.gemm_rate("numpy", "f32") or (
-            "blas" not in capable) else "blas"
+        if "blas" not in capable:
+            return "torch"
+        ranked = predictions(spec, ["blas", "torch"], p, machine)
+        return min(ranked, key=lambda name: ranked[name])
     kind = p.get("kind")
     if "tblis" in capable and (
         (kind == "gemm" and p.get("k", 0) <= TBLIS_MAX_K
