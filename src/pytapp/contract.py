@@ -225,11 +225,11 @@ def contract(
         except TypeError:  # an unhashable argument: the general path reports it
             hit = fast_key = None
         if hit is not None and not hit[0].destroyed:
-            plan, d_shape, d_dtype = hit
-            result = np.zeros(d_shape, dtype=d_dtype) if out is None else out
-            plan.execute(alpha, a, b, (0 if c is None else 1) if beta is None else beta, c,
-                         result)
-            return result
+            cached, d_shape, d_dtype = hit
+            written = np.zeros(d_shape, dtype=d_dtype) if out is None else out
+            cached.execute(alpha, a, b, (0 if c is None else 1) if beta is None else beta, c,
+                           written)
+            return written
     la, lb, ld = parse_expression(expr)
     ops = tuple(as_element_op(op, r) for op, r in zip((op_a, op_b, op_c, op_d), "ABCD",
                                                       strict=True))
