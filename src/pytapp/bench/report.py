@@ -130,12 +130,18 @@ def write_markdown(result: BenchResult, path: str | Path, plot: str | None = Non
         "",
         f"Suite `{result.suite}`, measured {env.get('date', '')} on {env.get('cpu', '?')} "
         f"({env.get('cores')} cores, threads: {env.get('threads') or 'library default'}).",
-        "GFLOP/s from the plan's flop count (median of repeats); ratio = best peer's median "
+        "GFLOP/s from the case's least work (isolated labels summed first, 2 flops per "
+        "multiply-add, 3 per element of D for the epilogue; median of repeats); "
+        "ratio = best peer's median "
         "time / backend's median time (above 1 is faster than every peer); % roof = share of "
-        "the roofline (measured GEMM peak or copy bandwidth times arithmetic intensity).",
-        "Backends write into a preallocated D; numpy, opt_einsum and torch return new arrays; "
-        "tblis writes into a preallocated output. Each contender is timed after a 0.3 s pause, "
-        "so that the spinning worker threads of the previous library do not share its cores.",
+        "the roofline (the best measured GEMM rate of numpy or torch, or the best copy bandwidth "
+        "for the case's working set times its arithmetic intensity).",
+        "Every contender computes the whole TAPP operation D = 0.75 A B - 0.5 C: backends "
+        "through a reused plan into a preallocated D; numpy.einsum and opt_einsum into a "
+        "preallocated output, then the epilogue with in-place ufuncs; pytblis with alpha and "
+        "beta fused (C copied into the output first); torch.einsum, then mul_ and add_ in "
+        "place. Each contender is timed after a 0.3 s pause, so that the spinning worker "
+        "threads of the previous library do not share its cores.",
         "",
     ]
     if plot:
