@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from pytapp.bench import report
-from pytapp.bench.cases import DOMAINS, BenchCase, generate, load_public, small_family, suite
+from pytapp.bench.cases import (
+    DOMAINS,
+    BenchCase,
+    generate,
+    load_public,
+    random_case,
+    small_family,
+    suite,
+)
 from pytapp.bench.harness import run_bench, time_call
 from pytapp.bench.peers import Contender
 from pytapp.cli import main
@@ -35,6 +43,18 @@ def test_generators_are_seeded_and_scalable() -> None:
     assert {c.name for c in suite("small")} == {c.name for c in small_family()}
     with pytest.raises(ValueError):
         suite("huge")
+
+
+def test_random_suite_is_seeded_and_bounded() -> None:
+    cases = suite("random")
+    assert len(cases) >= 10 and len({c.einsum for c in cases}) == len(cases)
+    assert random_case(5) == random_case(5) and random_case(5).extents == random_case(5).extents
+    for case in cases:
+        la, lb, ld = case.labels
+        assert set(ld) <= set(la + lb)  # no broadcast labels: every peer can run it
+        assert all(np.prod(case.shape(x)) <= 1 << 24 for x in (la, lb, ld))
+        assert case.dtype in ("f32", "f64", "c64", "c128", "bf16")
+    assert {c.name for c in cases} <= {c.name for c in suite("full")}
 
 
 def test_arrays_are_random_not_zero() -> None:

@@ -133,7 +133,8 @@ def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.M
     h = Handle("auto")
     plan = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
                          None, None, TensorInfo.from_array(d), "ij")
-    assert plan.algorithm.startswith("auto -> blas")
+    # The first choice follows this machine's measured constants; tuning then measures.
+    assert plan.algorithm.split(":")[0] in ("auto -> blas", "auto -> torch", "auto -> tblis")
     status = plan.execute(1.0, a, b, 0.0, None, d, h.create_executor(autotune=True))
     np.testing.assert_allclose(d, a @ b, rtol=1e-12)
     chosen = status.backend

@@ -118,6 +118,10 @@ class BlasPlan(Stateless):
         self.direct_ok = (
             d.datatype.numpy_dtype == self.compute and not cls.IC
         )
+        # beta op_C(C) can be added to a D the GEMM wrote, in one kernel pass.
+        self.c_in_place = (kernels.supports(np.empty(0, self.compute))
+                           and spec.c.datatype.numpy_dtype == self.compute
+                           and self._round_free(spec.c.datatype))
         # Operands used as they are (only permuted): the common case, decided once.
         self.a_plain = self._plain(a, self.a_reduce)
         self.b_plain = self._plain(b, self.b_reduce)
@@ -399,8 +403,13 @@ class BlasPlan(Stateless):
 
     # ----------------------------------------------------------------- kernels
     def _direct_out(self, bound: BoundProduct, shape: tuple[int, ...]) -> np.ndarray | None:
-        """D's memory viewed as the kernel's output, when it can be written directly."""
-        if not self.direct_ok or bound.c is not None:
+        """D's memory viewed as the kernel's output, when it can be written directly.
+
+        With C present that needs C elsewhere than D (the product would overwrite it) and an
+        epilogue kernel that adds beta op_C(C) in place afterwards.
+        """
+        if not self.direct_ok or (bound.c is not None and not (
+                self.c_in_place and not np.may_share_memory(bound.c, bound.d))):
             return None
         d = bound.d if self.d_perm_id else bound.d.transpose(self.d_perm)
         view = _reshape_view(d, shape)
@@ -485,6 +494,13 @@ class BlasPlan(Stateless):
         ``done``: the kernel finished D itself (blocked TTGT).
         """
         if mode == "done":
+            return
+        if mode == "direct" and bound.c is not None:  # D = op_D(alpha D + beta op_C(C))
+            spec = self.spec
+            kernels.fused(bound.d, bound.d, None, bound.c, alpha=bound.alpha, beta=bound.beta,
+                          conj_c=spec.c.conjugate and spec.c.datatype.is_complex,
+                          conj_out=spec.d.conjugate and spec.d.datatype.is_complex,
+                          threads=threads)
             return
         if mode == "direct":
             alpha = bound.alpha

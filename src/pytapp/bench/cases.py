@@ -98,7 +98,7 @@ class BenchCase:
             x = rng.uniform(-1.0, 1.0, size=shape)
             if self.datatype.is_complex:
                 x = x + 1j * rng.uniform(-1.0, 1.0, size=shape)
-            return np.ascontiguousarray(x.astype(dtype))
+            return np.array(x, dtype=dtype, order="C")  # 0-d stays 0-d
 
         return (rand(self.shape(la)), rand(self.shape(lb)), rand(self.shape(ld)),
                 np.zeros(self.shape(ld), dtype))

@@ -42,7 +42,7 @@ from pytapp.precision import within_tolerance
 
 __all__ = [
     "BenchResult", "CaseResult", "Measurement", "copy_bandwidth", "environment", "measure_peaks",
-    "run_bench", "time_call",
+    "permutation_speeds", "run_bench", "time_call",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -201,26 +201,56 @@ def measure_peaks(datatypes: Sequence[Datatype]) -> dict[str, Any]:
     if kernels.available():
         copies.append(lambda: kernels.fused(dst, src))
     best = min(min(time_call(f, warmup=1, repeats=5)) for f in copies)
-    return {"gemm_gflops": gemm, "copy_gbytes_per_s": 2 * src.nbytes / best / 1e9}
+    return {"gemm_gflops": gemm, "copy_gbytes_per_s": 2 * src.nbytes / best / 1e9,
+            "permute_pct_of_copy": permutation_speeds()}
+
+
+def permutation_speeds(mib: int = 64) -> dict[str, float]:
+    """Speed of the permutation kernel on ``mib`` MiB tensors with every mode reversed, in %
+    of a contiguous copy of the same bytes measured in the same run (F32, F64, C64).
+
+    The contiguous copy is NumPy's (single-threaded) ``copyto``: the bandwidth a user gets
+    from a plain copy.
+    """
+    from pytapp import kernels
+
+    out: dict[str, float] = {}
+    if not kernels.available():
+        return out
+    for name, dtype in (("f32", np.float32), ("f64", np.float64), ("c128", np.complex128)):
+        n = round((mib * 2**20 / np.dtype(dtype).itemsize) ** (1 / 3))
+        src = np.ones((n, n, n), dtype=dtype)
+        dst = np.empty_like(src)
+        contiguous = min(time_call(partial(np.copyto, dst, src), warmup=1, repeats=5))
+        permuted = min(time_call(partial(kernels.fused, dst, src.transpose(2, 1, 0)),
+                                 warmup=1, repeats=5))
+        out[name] = 100.0 * contiguous / permuted
+    return out
 
 
 @functools.lru_cache(maxsize=64)
 def _bandwidth_of(size_class: int) -> float:
-    src = np.ones(max(size_class // 16, 1))
+    src = np.ones(max(size_class // 16, 64))
     dst = np.empty_like(src)
     copies = [lambda: np.copyto(dst, src)]
     from pytapp import kernels
 
+    rates = []
     if kernels.available():
         copies.append(lambda: kernels.fused(dst, src))
+        sums = np.empty(64)  # a read-only stream (GEMV-like products only read): 64 rows
+        read = min(time_call(lambda: kernels.reduce(sums, src.reshape(64, -1)), warmup=2,
+                             repeats=5, min_seconds=0.02))
+        rates.append(src.nbytes / read)
     best = min(min(time_call(f, warmup=2, repeats=5, min_seconds=0.02)) for f in copies)
-    return 2 * src.nbytes / best / 1e9
+    rates.append(2 * src.nbytes / best)
+    return max(rates) / 1e9
 
 
 def copy_bandwidth(bytes_moved: int) -> float:
-    """GB/s of the best copy whose source and destination together hold ``bytes_moved``
-    (the working set of a case: from caches when it fits there, so that the memory roof of a
-    small case is the cache's)."""
+    """GB/s of the best copy (or read-only stream) whose buffers together hold
+    ``bytes_moved`` (the working set of a case: from caches when it fits there, so that the
+    memory roof of a small case is the cache's)."""
     return _bandwidth_of(1 << max(12, min(30, int(bytes_moved).bit_length())))
 
 

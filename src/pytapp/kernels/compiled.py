@@ -218,14 +218,31 @@ def fused_reduce(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_s
                     yk -= shape[d] * y_st[d]
                     idx2[d] = 0
             if has_y and sx == 1 and sy == 1 and not cx and not cy:
-                for j in range(nk0):
-                    acc += x[_u(xk + j)] * y[_u(yk + j)]
+                # Four partial sums: one running sum is a chain of dependent adds.
+                p0 = p1 = p2 = p3 = acc_zero
+                j4 = nk0 - nk0 % 4
+                for j in range(0, j4, 4):
+                    p0 += x[_u(xk + j)] * y[_u(yk + j)]
+                    p1 += x[_u(xk + j + 1)] * y[_u(yk + j + 1)]
+                    p2 += x[_u(xk + j + 2)] * y[_u(yk + j + 2)]
+                    p3 += x[_u(xk + j + 3)] * y[_u(yk + j + 3)]
+                for j in range(j4, nk0):
+                    p0 += x[_u(xk + j)] * y[_u(yk + j)]
+                acc += (p0 + p1) + (p2 + p3)
             elif has_y:
                 for j in range(nk0):
                     acc += _conj(x[_u(xk + j * sx)], cx) * _conj(y[_u(yk + j * sy)], cy)
             elif sx == 1 and not cx:
-                for j in range(nk0):
-                    acc += x[_u(xk + j)]
+                p0 = p1 = p2 = p3 = acc_zero
+                j4 = nk0 - nk0 % 4
+                for j in range(0, j4, 4):
+                    p0 += x[_u(xk + j)]
+                    p1 += x[_u(xk + j + 1)]
+                    p2 += x[_u(xk + j + 2)]
+                    p3 += x[_u(xk + j + 3)]
+                for j in range(j4, nk0):
+                    p0 += x[_u(xk + j)]
+                acc += (p0 + p1) + (p2 + p3)
             else:
                 for j in range(nk0):
                     acc += _conj(x[_u(xk + j * sx)], cx)
