@@ -95,7 +95,7 @@ TBLIS_MAX_K = 64
 TBLIS_MIN_COPY = 16 << 20
 #: Products predicted to take longer than this are timed on every capable backend at their
 #: first execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides.
-TUNE_ABOVE_SECONDS = 1e-3
+TUNE_ABOVE_SECONDS = 5e-3
 #: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
 CONVERT_SECONDS = 1e-9
 #: Pause before timing each candidate while tuning (idle time for the previous one's threads).
