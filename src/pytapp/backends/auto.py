@@ -95,7 +95,9 @@ TBLIS_MAX_K = 64
 TBLIS_MIN_COPY = 16 << 20
 #: Products predicted to take longer than this are timed on every capable backend at their
 #: first execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides.
-TUNE_ABOVE_SECONDS = 5e-3
+TUNE_ABOVE_SECONDS = 2e-3
+#: How much faster torch must be predicted than blas to be chosen without measuring.
+TORCH_MARGIN = 1.25
 #: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
 CONVERT_SECONDS = 1e-9
 #: Pause before timing each candidate while tuning (idle time for the previous one's threads).
@@ -183,6 +185,10 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     ):
         return "tblis"
     ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine)
+    if "blas" in ranked and "torch" in ranked:
+        # The model sees GEMM rates, not torch's conversions and extra passes around them:
+        # torch must be predicted clearly faster.
+        return "torch" if ranked["torch"] * TORCH_MARGIN < ranked["blas"] else "blas"
     if ranked:
         return min(ranked, key=lambda name: ranked[name])
     return "blas" if "blas" in capable else capable[0]
