@@ -18,13 +18,14 @@ True
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from pytapp.kernels.pool import cores as default_threads
+from pytapp.kernels.pool import executor as _executor
 
 __all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmul",
            "parallel_multiply"]
@@ -32,26 +33,7 @@ __all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmu
 #: Below this many bytes of output an operation runs on the calling thread.
 MIN_BYTES = 1 << 22
 
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
 _lock = threading.Lock()
-
-
-def default_threads() -> int:
-    """Cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
-def _executor(threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
-    with _lock:
-        if _pool is None or _pool_size < threads:
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pytapp")
-            _pool_size = threads
-        return _pool
 
 
 def _split_axis(shape: tuple[int, ...]) -> int:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["cores", "run_blocks"]
+__all__ = ["cores", "executor", "run_blocks"]
 
 _pool: ThreadPoolExecutor | None = None
 _size = 0
@@ -34,11 +34,12 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def _executor(threads: int) -> ThreadPoolExecutor:
+def executor(threads: int) -> ThreadPoolExecutor:
+    """The shared pool, with at least ``threads`` workers (pytapp's only thread pool)."""
     global _pool, _size
     with _lock:
         if _pool is None or _size < threads:
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pytapp-kernel")
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pytapp")
             _size = threads
         return _pool
 
@@ -56,7 +57,7 @@ def run_blocks(work: Callable[[int, int], object], blocks: int, threads: int,
         return
     bounds = [blocks * i // n for i in range(n + 1)]
     ranges = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
-    futures = [_executor(n).submit(work, lo, hi) for lo, hi in ranges[1:]]
+    futures = [executor(n).submit(work, lo, hi) for lo, hi in ranges[1:]]
     work(*ranges[0])  # the caller works too
     for f in futures:
         f.result()
