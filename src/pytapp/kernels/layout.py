@@ -17,7 +17,6 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import prod
 
 import numpy as np
 
@@ -69,8 +68,3 @@ def merge_dims(
         for s, out in zip(strides, st, strict=True):
             out.append(int(s[d]))
     return ext, st
-
-
-def elements(shape: Sequence[int]) -> int:
-    """Number of index tuples."""
-    return prod(shape)
