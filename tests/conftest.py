@@ -75,19 +75,20 @@ def every_backend() -> list[str]:
     return all_backends()
 
 
-@pytest.fixture(scope="session")
-def multi_library() -> str:
-    """The C test library built for the multi-tapp ABI."""
-    path = build_test_library("MULTI_TAPP")
+def _variant(name: str) -> str:
+    path = build_test_library(name)
     if path is None:
         pytest.skip("no C compiler to build the test library")
     return path
+
+
+@pytest.fixture(scope="session")
+def multi_library() -> str:
+    """The C test library built for the multi-tapp ABI."""
+    return _variant("MULTI_TAPP")
 
 
 @pytest.fixture(scope="session")
 def minimal_library() -> str:
     """The C test library exporting only the four mandatory TAPP symbols."""
-    path = build_test_library("MINIMAL")
-    if path is None:
-        pytest.skip("no C compiler to build the test library")
-    return path
+    return _variant("MINIMAL")

@@ -22,7 +22,7 @@ import numpy as np
 
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["Datatype", "ElementOp", "as_datatype", "as_element_op", "datatype_of",
+__all__ = ["Datatype", "ElementOp", "as_array", "as_datatype", "as_element_op", "datatype_of",
            "datatype_of_data"]
 
 
@@ -192,15 +192,25 @@ def datatype_of_data(data: Any, role: str = "operand") -> Datatype:
                 "float32, float64, complex64, complex128, float16 or bfloat16",
             )
         return datatype_of(dtype, role)
+    return datatype_of(as_array(data, role).dtype, role)
+
+
+def as_array(data: Any, role: str = "operand") -> np.ndarray:
+    """``np.asarray(data)``, or error 20 for an object NumPy cannot read as an array.
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20, whatever the foreign object raised.
+    """
     try:
-        found = np.asarray(data).dtype
+        return np.asarray(data)
     except Exception as exc:  # any foreign object: report it, whatever it raised
         raise error_for(
             ErrorCode.OPERAND_MISMATCH,
             f"{role}: {type(data).__name__} is not array data; pass a NumPy array or a torch "
             "tensor",
         ) from exc
-    return datatype_of(found, role)
 
 
 def as_datatype(value: Any) -> Datatype:

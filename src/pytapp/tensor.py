@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.attributes import AttributeStore
-from pytapp.datatypes import Datatype, as_datatype, datatype_of, datatype_of_data
+from pytapp.datatypes import Datatype, as_array, as_datatype, datatype_of, datatype_of_data
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["TensorInfo", "row_major_strides"]
@@ -135,14 +135,7 @@ class TensorInfo(AttributeStore):
 
             arr = to_ndarray(array, datatype_of_data(array, "the array"), "the array")
         else:
-            try:
-                arr = np.asarray(array)
-            except Exception as exc:  # a foreign object: report it, whatever it raised
-                raise error_for(
-                    ErrorCode.OPERAND_MISMATCH,
-                    f"{type(array).__name__} is not array data; describe a NumPy array or a "
-                    "torch tensor",
-                ) from exc
+            arr = as_array(array, "the array")
         dt = datatype_of(arr.dtype)
         item = arr.dtype.itemsize
         strides = []

@@ -115,9 +115,11 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
     """
     p = profile or {}
     cplx = spec.rule.is_complex
-    dt = ("c64" if spec.rule.real is Datatype.F32 else "c128") if cplx else (
-        "f32" if spec.rule.real is Datatype.F32 else "f64")
-    item = {"f32": 4, "f64": 8, "c64": 8, "c128": 16}[dt]
+    compute = spec.rule.real if not cplx else (
+        Datatype.C32 if spec.rule.real is Datatype.F32 else Datatype.C64)
+    if compute not in (Datatype.F32, Datatype.F64, Datatype.C32, Datatype.C64):
+        compute = Datatype.F32  # F16 accumulation: rates of F32 are the nearest measured
+    dt, item = compute.short_name, compute.itemsize
     touched = item * sum(op.size for op in spec.operands)
     out: dict[str, float] = {}
     m, n, k, h = p.get("m", 1), p.get("n", 1), p.get("k", 1), p.get("h", 1)

