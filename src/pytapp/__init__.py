@@ -19,6 +19,7 @@ from pytapp.attributes import BACKEND_KEYS, Attr
 from pytapp.backends import available as available_backends
 from pytapp.contract import clear_plan_cache, contract, parse_expression
 from pytapp.datatypes import Datatype, ElementOp
+from pytapp.einsum import einsum, einsum_expression, einsum_path, tensordot, transpose
 from pytapp.errors import (
     AliasingError,
     AttributeKeyError,
@@ -92,6 +93,11 @@ __all__ = [
     "check_success",
     "clear_plan_cache",
     "contract",
+    "einsum",
+    "einsum_expression",
+    "einsum_path",
     "explain_error",
     "parse_expression",
+    "tensordot",
+    "transpose",
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of_data
+from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of_data, promote
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle, default_backend_name
 from pytapp.operands import to_ndarray
@@ -26,7 +26,8 @@ from pytapp.precision import Prectype, as_prectype
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
 
-__all__ = ["clear_plan_cache", "contract", "parse_expression", "plan_cache_info"]
+__all__ = ["backend_name", "clear_plan_cache", "contract", "parse_expression", "plan_cache_info",
+           "shared_handle"]
 
 #: Most plans kept by :func:`contract` (least recently used are dropped first).
 PLAN_CACHE_SIZE = 256
@@ -114,21 +115,7 @@ def parse_expression(expr: str) -> tuple[str, str, str]:
     return la, lb, "".join(sorted(x for x, n in counts.items() if n == 1))
 
 
-def _result_datatype(*dts: Datatype) -> Datatype:
-    is_complex = any(dt.is_complex for dt in dts)
-    reals = {dt.real for dt in dts}
-    if Datatype.F64 in reals:
-        real = Datatype.F64
-    elif Datatype.F32 in reals or len(reals) > 1:
-        real = Datatype.F32
-    else:
-        real = reals.pop()
-    if is_complex:
-        return Datatype.C64 if real is Datatype.F64 else Datatype.C32
-    return real
-
-
-def _backend_name(backend: Any) -> str:
+def backend_name(backend: Any) -> str:
     if backend is None:
         return default_backend_name()
     if not isinstance(backend, str) or not backend:
@@ -140,7 +127,7 @@ def _backend_name(backend: Any) -> str:
     return backend
 
 
-def _handle(name: str) -> Handle:
+def shared_handle(name: str) -> Handle:
     """The cached handle of backend ``name`` (the least recently used beyond
     :data:`HANDLE_CACHE_SIZE` are destroyed, with their plans)."""
     with _lock:
@@ -234,7 +221,7 @@ def contract(
     ops = tuple(as_element_op(op, r) for op, r in zip((op_a, op_b, op_c, op_d), "ABCD",
                                                       strict=True))
     prectype = as_prectype(prec)
-    name = _backend_name(backend)
+    name = backend_name(backend)
     if beta is None:
         beta = 0 if c is None else 1
     given = {"A": a, "B": b, "C": c, "D": out}
@@ -273,7 +260,7 @@ def contract(
                     f"label {label!r} of the output is in neither input; pass out= or c= "
                     "to give its extent and set allow_broadcast=True",
                 )
-        d_dt = _result_datatype(*dts.values())
+        d_dt = promote(*dts.values())
         result: Any = np.zeros(extents, dtype=d_dt.numpy_dtype)
         views["D"] = result
         given["D"] = result
@@ -289,7 +276,7 @@ def contract(
             _plans.move_to_end(key)
     if plan is None or plan.destroyed:
         plan = TensorProduct(
-            _handle(name), info["A"], la, info["B"], lb, info_c, ld if info_c else None,
+            shared_handle(name), info["A"], la, info["B"], lb, info_c, ld if info_c else None,
             info["D"], ld, op_a=ops[0], op_b=ops[1], op_c=ops[2], op_d=ops[3], prec=prectype,
             allow_broadcast=allow_broadcast,
         )

@@ -23,7 +23,7 @@ import numpy as np
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["Datatype", "ElementOp", "as_array", "as_datatype", "as_element_op", "datatype_of",
-           "datatype_of_data"]
+           "datatype_of_data", "promote"]
 
 
 class Datatype(IntEnum):
@@ -193,6 +193,34 @@ def datatype_of_data(data: Any, role: str = "operand") -> Datatype:
             )
         return datatype_of(dtype, role)
     return datatype_of(as_array(data, role).dtype, role)
+
+
+def promote(*dts: Datatype) -> Datatype:
+    """The datatype of a result computed from operands of datatypes ``dts``.
+
+    NumPy's promotion within TAPP's datatypes: the widest real type, complex if any operand
+    is; F16 with BF16 (which NumPy cannot promote) gives F32.
+
+    Examples
+    --------
+    >>> promote(Datatype.F32, Datatype.C64).name
+    'C64'
+    >>> promote(Datatype.F16, Datatype.BF16).name
+    'F32'
+    """
+    if not dts:
+        return Datatype.F64
+    is_complex = any(dt.is_complex for dt in dts)
+    reals = {dt.real for dt in dts}
+    if Datatype.F64 in reals:
+        real = Datatype.F64
+    elif Datatype.F32 in reals or len(reals) > 1:
+        real = Datatype.F32
+    else:
+        real = reals.pop()
+    if is_complex:
+        return Datatype.C64 if real is Datatype.F64 else Datatype.C32
+    return real
 
 
 def as_array(data: Any, role: str = "operand") -> np.ndarray:

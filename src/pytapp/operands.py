@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,15 @@ __all__ = [
 _RAW_FORMATS = {"B", "b", "c"}
 
 
+def _from_dlpack(data: Any, want: np.dtype[Any]) -> np.ndarray:
+    """``np.from_dlpack``, plus torch's bfloat16 (which DLPack exporters to NumPy refuse):
+    viewed as int16 through DLPack, then as bfloat16, still without a copy."""
+    if str(getattr(data, "dtype", "")) == "torch.bfloat16" and want.name == "bfloat16":
+        torch = sys.modules["torch"]
+        return np.from_dlpack(data.view(torch.int16)).view(want)
+    return np.from_dlpack(data)
+
+
 def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
     """Return an ndarray over ``data``'s memory without copying.
 
@@ -67,7 +77,7 @@ def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
         )
     elif hasattr(data, "__dlpack__") and not isinstance(data, (bytes, bytearray, memoryview)):
         try:
-            arr = np.from_dlpack(data)
+            arr = _from_dlpack(data, want)
         except (BufferError, RuntimeError, TypeError, ValueError) as exc:
             raise error_for(
                 ErrorCode.OPERAND_MISMATCH,

@@ -226,6 +226,17 @@ class TensorProduct(TappObject):
         """Floating-point operations of one execution."""
         return self.spec.flops
 
+    @property
+    def predicted_seconds(self) -> float | None:
+        """The cost model's time for one execution of the chosen algorithm, when the backend
+        priced its candidates (``auto``); ``None`` otherwise."""
+        plan = self._plan
+        predicted = getattr(plan, "predicted", None)
+        choice = getattr(plan, "choice", None)
+        if isinstance(predicted, dict) and choice in predicted:
+            return float(predicted[choice])
+        return None
+
     def __repr__(self) -> str:
         return (
             f"TensorProduct({self.spec.einsum()!r}, backend={self.backend_name!r}, "

@@ -1,0 +1,249 @@
+"""Compiled einsum expressions: operands in any array library, one network of TAPP plans.
+
+:class:`EinsumExpression` holds a :class:`~pytapp.network.Network` (path, steps, per-step plans
+and intermediate buffers) and is called with new arrays many times. Arrays come back in the
+library they came from (NumPy in, NumPy out; torch in, torch out, sharing memory through
+DLPack). Autograd is the job of :mod:`pytapp.interop.torch_op`.
+
+Examples
+--------
+>>> import numpy as np
+>>> expr = EinsumExpression("ij,jk->ik", (2, 3), (3, 4), backend="blas")
+>>> expr(np.ones((2, 3)), np.ones((3, 4)))[0].tolist()
+[3.0, 3.0, 3.0, 3.0]
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
+from pytapp.contract import backend_name, shared_handle
+from pytapp.datatypes import Datatype, as_array, datatype_of, datatype_of_data, promote
+from pytapp.errors import ErrorCode, error_for
+from pytapp.network import Network, PathInfo
+from pytapp.operands import to_ndarray
+
+__all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call",
+           "result_datatype", "to_library", "to_numpy"]
+
+#: Most expressions :func:`cached_expression` keeps.
+EXPRESSION_CACHE_SIZE = 128
+
+_cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def is_torch(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (checked without importing torch)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "requires_grad")
+
+
+class _TensorMemory:
+    """An array interface over a tensor's memory that keeps the tensor as its base, so
+    bounds checks reach the tensor's storage (a DLPack capsule vouches for nothing)."""
+
+    def __init__(self, view: np.ndarray, tensor: Any) -> None:
+        self.__array_interface__ = dict(view.__array_interface__)
+        self.base = tensor
+
+
+def to_numpy(x: Any, role: str) -> np.ndarray:
+    """A NumPy view of array data (torch tensors shared through DLPack), or ``np.asarray``
+    for scalars and sequences.
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20 for data NumPy cannot read, or a tensor on another device.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if is_torch(x):
+        if x.is_conj():
+            x = x.resolve_conj()
+        if x.is_neg():
+            x = x.resolve_neg()
+        x = x.detach()
+        view = to_ndarray(x, datatype_of_data(x, role), role)
+        return np.asarray(_TensorMemory(view, x)).view(view.dtype)
+    return as_array(x, role)
+
+
+def to_library(result: np.ndarray, like: Any) -> Any:
+    """``result`` as an array of ``like``'s library (a torch tensor sharing its memory)."""
+    if like is None or not is_torch(like):
+        return result
+    torch = sys.modules["torch"]
+    if result.dtype.name == "bfloat16":
+        return torch.from_numpy(result.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(result)
+
+
+def result_datatype(arrays: Sequence[np.ndarray], dtype: Any = None) -> Datatype:
+    """The datatype of an einsum of ``arrays``: ``dtype`` when given, else NumPy's promotion
+    (TAPP's datatypes promote among themselves, F16 with BF16 to F32).
+
+    Raises
+    ------
+    OperandMismatchError
+        Code 20 when the result would not be a TAPP datatype (integers alone, float128, ...).
+    """
+    if dtype is not None:
+        return datatype_of(dtype, "dtype=")
+    dts = []
+    for a in arrays:
+        try:
+            dts.append(datatype_of(a.dtype))
+        except Exception:
+            break
+    else:
+        return promote(*dts)
+    try:
+        common = np.result_type(*arrays)
+    except TypeError as exc:
+        raise error_for(
+            ErrorCode.OPERAND_MISMATCH,
+            f"operands of dtypes {[str(a.dtype) for a in arrays]} have no common dtype; convert "
+            "them to float32, float64, complex64, complex128, float16 or bfloat16",
+        ) from exc
+    return datatype_of(common, f"the result (from {sorted({str(a.dtype) for a in arrays})})")
+
+
+def normalize_call(subscripts: Any, operands: Sequence[Any]) -> tuple[str, list[Any]]:
+    """Subscripts and operands of either einsum form (the string or the sublist form)."""
+    if isinstance(subscripts, str):
+        return subscripts, list(operands)
+    return from_sublists([subscripts, *operands])
+
+
+def _is_shape(x: Any) -> bool:
+    return isinstance(x, (tuple, list)) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x)
+
+
+class EinsumExpression:
+    """An einsum compiled once for operand shapes and called with arrays many times.
+
+    Parameters
+    ----------
+    subscripts
+        numpy.einsum subscripts (``'ij,jk->ik'``, ellipses allowed).
+    *shapes_or_arrays
+        One shape (tuple of ints) or array per operand.
+    optimize, memory_limit, backend, dtype
+        As for :func:`pytapp.einsum`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> expr = EinsumExpression("i,i->", (3,), (3,))
+    >>> float(expr(np.arange(3.0), np.ones(3)))
+    3.0
+    """
+
+    def __init__(self, subscripts: str, *shapes_or_arrays: Any, optimize: Any = "auto",
+                 memory_limit: Any = None, backend: str | None = None,
+                 dtype: Any = None) -> None:
+        shapes = [tuple(int(v) for v in x) if _is_shape(x) else to_numpy(x, f"operand {i}").shape
+                  for i, x in enumerate(shapes_or_arrays)]
+        self.subscripts = subscripts
+        self.equation: Equation = parse_subscripts(subscripts, [len(s) for s in shapes])
+        self.network = Network(self.equation, shapes, optimize=optimize,
+                               memory_limit=memory_limit)
+        self.backend = backend_name(backend)
+        self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
+
+    @property
+    def path(self) -> list[tuple[int, ...]]:
+        """The contraction path (opt_einsum's format)."""
+        return list(self.network.path)
+
+    def info(self, dtype: Any = Datatype.F64) -> PathInfo:
+        """Each pairwise step with its TAPP plan's algorithm, flops and predicted time."""
+        dt = self.dtype or datatype_of(np.dtype(dtype) if not isinstance(dtype, Datatype)
+                                       else dtype.numpy_dtype)
+        return self.network.info(shared_handle(self.backend), dt)
+
+    def __repr__(self) -> str:
+        return (f"EinsumExpression({self.subscripts!r}, shapes={list(self.network.shapes)}, "
+                f"path={self.path}, backend={self.backend!r})")
+
+    def __call__(self, *operands: Any, out: Any = None) -> Any:
+        """Contract ``operands`` (same shapes as compiled) into a new array or ``out``.
+
+        Raises
+        ------
+        TappError
+            20 for a shape or datatype that does not fit, and as for
+            :meth:`pytapp.TensorProduct.execute`.
+        """
+        net = self.network
+        if len(operands) != len(net.shapes):
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"the expression takes {len(net.shapes)} operands, not "
+                            f"{len(operands)}")
+        arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(operands)]
+        for i, (arr, shape) in enumerate(zip(arrays, net.shapes, strict=True)):
+            if arr.shape != shape:
+                raise error_for(ErrorCode.OPERAND_MISMATCH,
+                                f"operand {i} has shape {arr.shape} but the expression was "
+                                f"compiled for {shape}; compile another expression")
+        dt = result_datatype(arrays, self.dtype)
+        want = dt.numpy_dtype
+        views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
+        like = next((x for x in (*operands, out) if is_torch(x)), None)
+        target = None if out is None else to_numpy(out, "out")
+        if target is not None and target.shape != net.output_shape():
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"out has shape {target.shape} but the result has shape "
+                            f"{net.output_shape()}")
+        handle = shared_handle(self.backend)
+        if target is not None and target.dtype == want:
+            net.run(views, dt, handle, target)
+            return out
+        result = net.run(views, dt, handle)
+        if target is not None:
+            np.copyto(target, result, casting="same_kind")
+            return out
+        if like is None and result.ndim == 0:
+            return result[()]
+        return to_library(result, like)
+
+    def release(self) -> None:
+        """Destroy the expression's plans and buffers (it can still be called)."""
+        self.network.release()
+
+
+def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: Any,
+                      memory_limit: Any, backend: str | None, dtype: Any) -> EinsumExpression:
+    """An expression for these operand shapes, from a bounded cache when the arguments are
+    hashable (optimizer objects are not cached: they may be stateful)."""
+    shapes = tuple(a.shape for a in arrays)
+    key: Hashable | None = None
+    if optimize is None or isinstance(optimize, (bool, str)) or (
+            isinstance(optimize, (list, tuple))
+            and all(isinstance(s, (str, tuple, list)) for s in optimize)):
+        opt_key = tuple(tuple(s) if isinstance(s, list) else s for s in optimize) \
+            if isinstance(optimize, (list, tuple)) else optimize
+        key = (subscripts, shapes, opt_key, str(memory_limit), backend_name(backend),
+               None if dtype is None else datatype_of(dtype, "dtype="))
+        with _cache_lock:
+            hit = _cache.get(key)
+            if hit is not None:
+                _cache.move_to_end(key)
+                return hit
+    expr = EinsumExpression(subscripts, *shapes, optimize=optimize, memory_limit=memory_limit,
+                            backend=backend, dtype=dtype)
+    if key is not None:
+        with _cache_lock:
+            _cache[key] = expr
+            while len(_cache) > EXPRESSION_CACHE_SIZE:
+                _cache.popitem(last=False)[1].release()
+    return expr

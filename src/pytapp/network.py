@@ -1,0 +1,396 @@
+"""Tensor networks as sequences of TAPP products: paths, steps, compiled expressions.
+
+A :class:`Network` is everything about an einsum that depends only on the equation and the
+operand shapes: how each operand is prepared (size-1 broadcast dimensions dropped, repeated
+labels taken as a diagonal view, no copy), the contraction path (opt_einsum, cotengra, or one
+given by the caller) and the pairwise steps. Running it binds arrays, builds one TAPP plan per
+step and layout (cached), and reuses the intermediate buffers between calls.
+
+Examples
+--------
+>>> import numpy as np
+>>> from pytapp.analysis.subscripts import parse_subscripts
+>>> net = Network(parse_subscripts("ij,jk,kl->il", (2, 2, 2)), [(2, 3), (3, 4), (4, 5)])
+>>> [str(step) for step in net.steps]
+['ij,jk->ik', 'ik,kl->il']
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytapp.analysis.subscripts import Equation
+from pytapp.datatypes import Datatype
+from pytapp.errors import ErrorCode, error_for
+from pytapp.handle import Handle
+from pytapp.product import TensorProduct
+from pytapp.tensor import TensorInfo
+
+__all__ = ["Network", "PathInfo", "Prepared", "Step", "prepare_labels", "resolve_path",
+           "result_shape"]
+
+#: Most TAPP plans one step keeps (one per operand layout and datatype).
+STEP_PLAN_CACHE = 16
+
+Path = list[tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One TAPP product of a network: slots ``a`` and ``b`` (``None``: the scalar one)."""
+
+    a: int
+    b: int | None
+    a_labels: str
+    b_labels: str
+    out_labels: str
+    out: int
+
+    def __str__(self) -> str:
+        return f"{self.a_labels},{self.b_labels}->{self.out_labels}"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """How one operand becomes a view with distinct labels: indices to drop (size-1
+    broadcasts), then the diagonal over repeated labels."""
+
+    drop: tuple[int, ...]
+    labels: str
+    diagonal: bool
+
+    def apply(self, arr: np.ndarray, term: str) -> np.ndarray:
+        view = arr
+        kept = term
+        if self.drop:
+            index = tuple(0 if axis in self.drop else slice(None) for axis in range(arr.ndim))
+            view = arr[index]
+            kept = "".join(ch for axis, ch in enumerate(term) if axis not in self.drop)
+        if not self.diagonal:
+            return view
+        shape, strides = [], []
+        for label in self.labels:
+            axes = [i for i, ch in enumerate(kept) if ch == label]
+            shape.append(view.shape[axes[0]])
+            strides.append(sum(view.strides[i] for i in axes))
+        return np.lib.stride_tricks.as_strided(view, tuple(shape), tuple(strides),
+                                               writeable=False)
+
+
+def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    where: dict[str, int] = {}
+    for index, (term, shape) in enumerate(zip(equation.inputs, shapes, strict=True)):
+        for label, extent in zip(term, shape, strict=True):
+            known = sizes.get(label)
+            if known is None or known == 1:
+                sizes[label] = extent
+                where[label] = index
+            elif extent not in (1, known):
+                raise error_for(
+                    ErrorCode.EXTENT_MISMATCH_AB,
+                    f"label {_show(label)} has extent {known} in operand {where[label]} but "
+                    f"{extent} in operand {index}; extents of one label must be equal (or 1, "
+                    "to broadcast)",
+                )
+    return sizes
+
+
+def result_shape(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape of an einsum's result (extents checked as :class:`Network` does)."""
+    sizes = _sizes(equation, shapes)
+    return tuple(sizes[ch] for ch in equation.output)
+
+
+def prepare_labels(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> list[Prepared]:
+    """How each operand is prepared (dropped broadcast axes, distinct labels, diagonal)."""
+    sizes = _sizes(equation, shapes)
+    return [_prepare(t, s, sizes) for t, s in zip(equation.inputs, shapes, strict=True)]
+
+
+def _show(label: str) -> str:
+    return repr(label) if label.isascii() else f"... dimension {ord(label) - 0x100}"
+
+
+def _prepare(term: str, shape: tuple[int, ...], sizes: dict[str, int]) -> Prepared:
+    drop = tuple(axis for axis, (label, extent) in enumerate(zip(term, shape, strict=True))
+                 if extent == 1 and sizes[label] != 1)
+    kept = "".join(ch for axis, ch in enumerate(term) if axis not in drop)
+    labels = "".join(dict.fromkeys(kept))
+    return Prepared(drop, labels, len(labels) != len(kept))
+
+
+def resolve_path(optimize: Any, inputs: list[frozenset[str]], output: frozenset[str],
+                 sizes: dict[str, int], memory_limit: int | None) -> Path:
+    """The contraction path for ``optimize`` (see :func:`pytapp.einsum`).
+
+    Raises
+    ------
+    UnsupportedError
+        Code 18 for an unknown optimizer name or a path that does not contract every operand.
+    """
+    n = len(inputs)
+    if n <= 1:
+        return [(0,)] if n else []
+    if optimize is False or optimize is None:
+        return [(0, 1)] * (n - 1)
+    if optimize is True:
+        optimize = "greedy"
+    if isinstance(optimize, str):
+        from opt_einsum import paths
+
+        try:
+            fn: Callable[..., Any] = paths.get_path_fn(optimize)
+        except (KeyError, ValueError) as exc:
+            raise error_for(
+                ErrorCode.UNSUPPORTED,
+                f"optimize={optimize!r} is not a path optimizer; use 'auto', 'greedy', "
+                "'optimal', 'dp', 'branch-2', True/False, an explicit path or an optimizer "
+                "object",
+            ) from exc
+        found = fn(inputs, output, sizes, memory_limit)
+    elif isinstance(optimize, (list, tuple)):
+        found = [step for step in optimize if step != "einsum_path"]
+    elif callable(optimize):
+        found = optimize(inputs, output, sizes, memory_limit)
+    else:
+        raise error_for(ErrorCode.UNSUPPORTED,
+                        f"optimize={optimize!r}; give a bool, an optimizer name, a path or an "
+                        "optimizer object")
+    return _check_path(found, n)
+
+
+def _check_path(found: Any, n: int) -> Path:
+    path: Path = []
+    live = n
+    for item in found:
+        try:
+            step = tuple(int(i) for i in item)
+        except (TypeError, ValueError) as exc:
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"path step {item!r} is not a tuple of operand positions") from exc
+        if not step or len(set(step)) != len(step) or not all(0 <= i < live for i in step):
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"path step {step} is not a set of distinct positions among the "
+                            f"{live} operands left at that point")
+        path.append(step)
+        live -= len(step) - 1
+    if live != 1:
+        raise error_for(ErrorCode.UNSUPPORTED,
+                        f"the path {path} leaves {live} operands; a path must contract all of "
+                        "them into one")
+    return path
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """What a network does, step by step (printed by :func:`pytapp.einsum_path`)."""
+
+    equation: str
+    path: Path
+    steps: tuple[str, ...]
+    flops: tuple[int, ...]
+    algorithms: tuple[str, ...]
+    predicted: tuple[float | None, ...]
+    naive_flops: int
+    largest_intermediate: int
+
+    def __str__(self) -> str:
+        total = sum(self.flops)
+        lines = [
+            f"  Complete contraction:  {self.equation}",
+            f"         Naive FLOP count:  {self.naive_flops:.4g}",
+            f"     Optimized FLOP count:  {total:.4g}",
+            f"      Theoretical speedup:  {self.naive_flops / max(total, 1):.4g}",
+            f"  Largest intermediate:  {self.largest_intermediate:.4g} elements",
+            "-" * 78,
+            f"{'step':>4}  {'contraction':<28} {'flops':>10} {'predicted':>11}  algorithm",
+            "-" * 78,
+        ]
+        for i, (step, flops, algo, pred) in enumerate(zip(
+                self.steps, self.flops, self.algorithms, self.predicted, strict=True)):
+            shown = "-" if pred is None else f"{pred * 1e3:.3f} ms"
+            lines.append(f"{i:>4}  {step:<28} {flops:>10.4g} {shown:>11}  {algo}")
+        return "\n".join(lines)
+
+
+class Network:
+    """An einsum compiled for operand shapes: preparation, path and TAPP steps.
+
+    Parameters
+    ----------
+    equation
+        The parsed equation (see :func:`pytapp.analysis.subscripts.parse_subscripts`).
+    shapes
+        One shape per operand.
+    optimize, memory_limit
+        As for :func:`pytapp.einsum`.
+    """
+
+    def __init__(self, equation: Equation, shapes: Sequence[tuple[int, ...]], *,
+                 optimize: Any = "auto", memory_limit: Any = None) -> None:
+        self.equation = equation
+        self.shapes = tuple(tuple(int(x) for x in s) for s in shapes)
+        self.sizes = _sizes(equation, self.shapes)
+        self.prepared = tuple(_prepare(t, s, self.sizes)
+                              for t, s in zip(equation.inputs, self.shapes, strict=True))
+        self.scalars = tuple(i for i, p in enumerate(self.prepared) if not p.labels)
+        self.arrays = tuple(i for i, p in enumerate(self.prepared) if p.labels)
+        inputs = [frozenset(self.prepared[i].labels) for i in self.arrays]
+        limit = self._limit(memory_limit)
+        self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
+        self.steps = self._steps()
+        self._plans: list[OrderedDict[Any, TensorProduct]] = [OrderedDict() for _ in self.steps]
+        self._buffers: dict[tuple[int, Datatype], np.ndarray] = {}
+        self._lock = threading.Lock()  # the plan caches
+        self._busy = threading.Lock()  # held by the call that uses the shared buffers
+
+    def _limit(self, memory_limit: Any) -> int | None:
+        if memory_limit is None:
+            return None
+        if memory_limit == "max_input":
+            return max((math.prod(s) for s in self.shapes), default=1)
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, np.integer)):
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"memory_limit={memory_limit!r}; give a number of elements, "
+                            "'max_input' or None")
+        return int(memory_limit)
+
+    def _steps(self) -> tuple[Step, ...]:
+        live: list[tuple[int, str]] = [(slot, self.prepared[i].labels)
+                                       for slot, i in enumerate(self.arrays)]
+        output = self.equation.output
+        slots = len(live)
+        steps: list[Step] = []
+        for k, group in enumerate(self.path):
+            taken = [live[i] for i in group]
+            for i in sorted(group, reverse=True):
+                del live[i]
+            last_group = k == len(self.path) - 1
+            first_slot, first_labels = taken[0]
+            rest: list[tuple[int | None, str]] = list(taken[1:]) or [(None, "")]
+            for j, (slot, labels) in enumerate(rest):
+                later = "".join(lbl for _, lbl in live) + "".join(lbl for _, lbl in rest[j + 1:])
+                if last_group and j == len(rest) - 1:
+                    out_labels = output
+                else:
+                    keep = set(output) | set(later)
+                    out_labels = "".join(ch for ch in dict.fromkeys(first_labels + labels)
+                                         if ch in keep)
+                steps.append(Step(first_slot, slot, first_labels, labels, out_labels, slots))
+                first_slot, first_labels = slots, out_labels
+                slots += 1
+            live.append((first_slot, first_labels))
+        return tuple(steps)
+
+    # ------------------------------------------------------------------ running
+
+    def prepare(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Views of the operands with distinct labels (no copies)."""
+        return [p.apply(a, t) for p, a, t in
+                zip(self.prepared, arrays, self.equation.inputs, strict=True)]
+
+    def _plan(self, k: int, handle: Handle, a: np.ndarray, b: np.ndarray,
+              d: np.ndarray) -> TensorProduct:
+        step = self.steps[k]
+        infos = (TensorInfo.from_array(a), TensorInfo.from_array(b), TensorInfo.from_array(d))
+        key = (handle.backend_name, *infos)
+        cache = self._plans[k]
+        with self._lock:
+            plan = cache.get(key)
+            if plan is not None and not plan.destroyed:
+                cache.move_to_end(key)
+                return plan
+        plan = TensorProduct(handle, infos[0], step.a_labels, infos[1], step.b_labels, None,
+                             None, infos[2], step.out_labels)
+        with self._lock:
+            cache[key] = plan
+            while len(cache) > STEP_PLAN_CACHE:
+                cache.popitem(last=False)[1].destroy()
+        return plan
+
+    def _buffer(self, k: int, dt: Datatype, shared: bool) -> np.ndarray:
+        shape = tuple(self.sizes[ch] for ch in self.steps[k].out_labels)
+        if not shared:
+            return np.empty(shape, dtype=dt.numpy_dtype)
+        buf = self._buffers.get((k, dt))
+        if buf is None:
+            buf = self._buffers[(k, dt)] = np.empty(shape, dtype=dt.numpy_dtype)
+        return buf
+
+    def output_shape(self) -> tuple[int, ...]:
+        """The shape of the result."""
+        return tuple(self.sizes[ch] for ch in self.equation.output)
+
+    def run(self, views: Sequence[np.ndarray], dt: Datatype, handle: Handle,
+            out: np.ndarray | None = None) -> np.ndarray:
+        """Contract prepared ``views`` (all of datatype ``dt``) into ``out`` or a new array.
+
+        Intermediates use the network's buffers unless another thread is running it.
+        """
+        alpha: Any = 1
+        for i in self.scalars:
+            alpha = alpha * views[i][()].item()
+        result = np.empty(self.output_shape(), dtype=dt.numpy_dtype) if out is None else out
+        if not self.steps:
+            result[()] = alpha
+            return result
+        shared = self._busy.acquire(blocking=False)
+        try:
+            slots: dict[int, np.ndarray] = {s: views[i] for s, i in enumerate(self.arrays)}
+            one = np.ones((), dtype=dt.numpy_dtype)
+            for k, step in enumerate(self.steps):
+                last = k == len(self.steps) - 1
+                d = result if last else self._buffer(k, dt, shared)
+                a = slots[step.a]
+                b = one if step.b is None else slots[step.b]
+                plan = self._plan(k, handle, a, b, d)
+                plan.execute(alpha if last else 1, a, b, 0, None, d)
+                slots[step.out] = d
+        finally:
+            if shared:
+                self._busy.release()
+        return result
+
+    def info(self, handle: Handle, dt: Datatype) -> PathInfo:
+        """Build (or reuse) each step's plan on contiguous operands and describe it."""
+        algorithms, predicted, flops = [], [], []
+        shapes: dict[int, tuple[int, ...]] = {
+            s: tuple(self.sizes[ch] for ch in self.prepared[i].labels)
+            for s, i in enumerate(self.arrays)}
+        largest = 0
+        for step in self.steps:
+            out_shape = tuple(self.sizes[ch] for ch in step.out_labels)
+            shapes[step.out] = out_shape
+            largest = max(largest, math.prod(out_shape))
+            infos = [TensorInfo(dt, shapes[step.a]),
+                     TensorInfo(dt, () if step.b is None else shapes[step.b]),
+                     TensorInfo(dt, out_shape)]
+            plan = TensorProduct(handle, infos[0], step.a_labels, infos[1], step.b_labels,
+                                 None, None, infos[2], step.out_labels)
+            try:
+                algorithms.append(plan.algorithm)
+                predicted.append(plan.predicted_seconds)
+                flops.append(plan.flops)
+            finally:
+                plan.destroy()
+        naive = max(len(self.arrays), 1) * math.prod(self.sizes.values())
+        return PathInfo(str(self.equation), list(self.path), tuple(str(s) for s in self.steps),
+                        tuple(flops), tuple(algorithms), tuple(predicted), naive, largest)
+
+    def release(self) -> None:
+        """Destroy every cached plan and drop the buffers."""
+        with self._lock:
+            plans = [p for cache in self._plans for p in cache.values()]
+            for cache in self._plans:
+                cache.clear()
+            self._buffers.clear()
+        for plan in plans:
+            plan.destroy()
