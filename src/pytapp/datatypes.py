@@ -144,6 +144,8 @@ def datatype_of(dtype: Any, role: str | None = None) -> Datatype:
     >>> datatype_of("float32")
     <Datatype.F32: 0>
     """
+    if isinstance(dtype, Datatype):
+        return dtype
     who = f"{role} has " if role else ""
     try:
         key = np.dtype(dtype)

@@ -116,7 +116,7 @@ def prepare_labels(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> lis
 
 
 def _show(label: str) -> str:
-    return repr(label) if label.isascii() else f"... dimension {ord(label) - 0x100}"
+    return repr(label) if label.isalpha() else f"'...' dimension {ord(label) - 0xE000}"
 
 
 def _prepare(term: str, shape: tuple[int, ...], sizes: dict[str, int]) -> Prepared:
@@ -143,6 +143,9 @@ def resolve_path(optimize: Any, inputs: list[frozenset[str]], output: frozenset[
         return [(0, 1)] * (n - 1)
     if optimize is True:
         optimize = "greedy"
+    if (isinstance(optimize, tuple) and len(optimize) == 2 and isinstance(optimize[0], str)
+            and optimize[0] != "einsum_path"):
+        optimize, memory_limit = optimize  # NumPy's (name, memory limit) form
     if isinstance(optimize, str):
         from opt_einsum import paths
 
@@ -241,9 +244,7 @@ class Network:
         self.sizes = _sizes(equation, self.shapes)
         self.prepared = tuple(_prepare(t, s, self.sizes)
                               for t, s in zip(equation.inputs, self.shapes, strict=True))
-        self.scalars = tuple(i for i, p in enumerate(self.prepared) if not p.labels)
-        self.arrays = tuple(i for i, p in enumerate(self.prepared) if p.labels)
-        inputs = [frozenset(self.prepared[i].labels) for i in self.arrays]
+        inputs = [frozenset(p.labels) for p in self.prepared]
         limit = self._limit(memory_limit)
         self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
         self.steps = self._steps()
@@ -264,8 +265,7 @@ class Network:
         return int(memory_limit)
 
     def _steps(self) -> tuple[Step, ...]:
-        live: list[tuple[int, str]] = [(slot, self.prepared[i].labels)
-                                       for slot, i in enumerate(self.arrays)]
+        live: list[tuple[int, str]] = list(enumerate(p.labels for p in self.prepared))
         output = self.equation.output
         slots = len(live)
         steps: list[Step] = []
@@ -335,16 +335,10 @@ class Network:
 
         Intermediates use the network's buffers unless another thread is running it.
         """
-        alpha: Any = 1
-        for i in self.scalars:
-            alpha = alpha * views[i][()].item()
         result = np.empty(self.output_shape(), dtype=dt.numpy_dtype) if out is None else out
-        if not self.steps:
-            result[()] = alpha
-            return result
         shared = self._busy.acquire(blocking=False)
         try:
-            slots: dict[int, np.ndarray] = {s: views[i] for s, i in enumerate(self.arrays)}
+            slots: dict[int, np.ndarray] = dict(enumerate(views))
             one = np.ones((), dtype=dt.numpy_dtype)
             for k, step in enumerate(self.steps):
                 last = k == len(self.steps) - 1
@@ -352,7 +346,7 @@ class Network:
                 a = slots[step.a]
                 b = one if step.b is None else slots[step.b]
                 plan = self._plan(k, handle, a, b, d)
-                plan.execute(alpha if last else 1, a, b, 0, None, d)
+                plan.execute(1, a, b, 0, None, d)
                 slots[step.out] = d
         finally:
             if shared:
@@ -363,8 +357,7 @@ class Network:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""
         algorithms, predicted, flops = [], [], []
         shapes: dict[int, tuple[int, ...]] = {
-            s: tuple(self.sizes[ch] for ch in self.prepared[i].labels)
-            for s, i in enumerate(self.arrays)}
+            s: tuple(self.sizes[ch] for ch in p.labels) for s, p in enumerate(self.prepared)}
         largest = 0
         for step in self.steps:
             out_shape = tuple(self.sizes[ch] for ch in step.out_labels)
@@ -381,7 +374,7 @@ class Network:
                 flops.append(plan.flops)
             finally:
                 plan.destroy()
-        naive = max(len(self.arrays), 1) * math.prod(self.sizes.values())
+        naive = max(len(self.prepared), 1) * math.prod(self.sizes.values())
         return PathInfo(str(self.equation), list(self.path), tuple(str(s) for s in self.steps),
                         tuple(flops), tuple(algorithms), tuple(predicted), naive, largest)
 

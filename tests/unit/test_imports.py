@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ["torch", "pytblis", "matplotlib", "rich", "hypothesis", "opt_einsum", "numba"]
+HEAVY = ["torch", "pytblis", "matplotlib", "rich", "hypothesis", "opt_einsum", "numba",
+         "cotengra", "dask"]
 
 
 def test_import_is_light() -> None:

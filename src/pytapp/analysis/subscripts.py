@@ -2,12 +2,15 @@
 
 Pure: strings and integers in, an :class:`Equation` out. Every label of an equation is one
 character; the dimensions an ellipsis stands for get characters that no user label can be
-(``chr(0x100 + k)``), so a parsed equation is unambiguous whatever the user wrote.
+(``chr(0xE000 + k)``, Unicode private use), so a parsed equation is unambiguous whatever the
+user wrote. Labels are letters: ASCII as in NumPy, or any other alphabetic character as in
+opt_einsum.
 
 Examples
 --------
->>> parse_subscripts("...ij,jk", (3, 2))
-Equation(inputs=('Āij', 'jk'), output='Āik')
+>>> eq = parse_subscripts("...ij,jk", (3, 2))
+>>> eq.as_letters()
+'aij,jk->aik'
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pytapp.errors import ErrorCode, TappError, error_for
 
 __all__ = ["Equation", "ellipsis_symbol", "from_sublists", "parse_subscripts"]
 
-_ELLIPSIS_BASE = 0x100
+_ELLIPSIS_BASE = 0xE000  # Unicode private use: never a letter
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -30,7 +33,7 @@ def ellipsis_symbol(k: int) -> str:
 
 
 def _is_user_label(ch: str) -> bool:
-    return ch.isascii() and ch.isalpha()
+    return ch.isalpha()
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Equation:
         return ",".join(self.inputs) + "->" + self.output
 
     def as_letters(self) -> str:
-        """Subscripts NumPy can parse: broadcast dimensions renamed to unused letters.
+        """Subscripts NumPy can parse: labels other than a-z, A-Z renamed to unused letters.
 
         Raises
         ------
@@ -53,14 +56,14 @@ class Equation:
 
         Examples
         --------
-        >>> Equation(("ĀĀ", "Āb"), "b").as_letters()
+        >>> Equation((ellipsis_symbol(0) * 2, ellipsis_symbol(0) + "b"), "b").as_letters()
         'aa,ab->b'
         """
         used = set(self.labels)
         free = iter(ch for ch in _LETTERS if ch not in used)
         rename = {}
         for ch in self.labels:
-            if not _is_user_label(ch):
+            if ch not in _LETTERS:
                 found = next(free, None)
                 if found is None:
                     raise error_for(ErrorCode.NEGATIVE_NMODES,
@@ -127,8 +130,8 @@ def _scan_term(subscripts: str, start: int, text: str) -> tuple[str, int]:
         if ch in "->":
             raise _malformed(subscripts, start + i, "'-' and '>' only appear together as '->'")
         if not _is_user_label(ch):
-            raise _malformed(subscripts, start + i, f"{ch!r} is not a label; labels are the "
-                                                    "letters a-z and A-Z")
+            raise _malformed(subscripts, start + i, f"{ch!r} is not a label; labels are "
+                                                    "letters (a-z, A-Z or other alphabets)")
         labels.append(ch)
         i += 1
     return "".join(labels), ellipsis_at
