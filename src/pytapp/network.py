@@ -281,14 +281,24 @@ class Network:
                 if last_group and j == len(rest) - 1:
                     out_labels = output
                 else:
-                    keep = set(output) | set(later)
-                    out_labels = "".join(ch for ch in dict.fromkeys(first_labels + labels)
-                                         if ch in keep)
+                    out_labels = self._intermediate(first_labels, labels,
+                                                    set(output) | set(later))
                 steps.append(Step(first_slot, slot, first_labels, labels, out_labels, slots))
                 first_slot, first_labels = slots, out_labels
                 slots += 1
             live.append((first_slot, first_labels))
         return tuple(steps)
+
+    def _intermediate(self, a: str, b: str, keep: set[str]) -> str:
+        """The mode order of an intermediate: the larger operand's kept labels in its own
+        order, then the other's. The big operand is then read (and the result written) in
+        memory order, and a chain of products that each add a small factor (a basis change,
+        a bond) ends with the labels already in the order of the next step."""
+        def size(labels: str) -> int:
+            return math.prod(self.sizes[ch] for ch in labels)
+
+        first, second = (a, b) if size(a) >= size(b) else (b, a)
+        return "".join(ch for ch in dict.fromkeys(first + second) if ch in keep)
 
     # ------------------------------------------------------------------ running
 
@@ -299,15 +309,16 @@ class Network:
 
     def _plan(self, k: int, handle: Handle, a: np.ndarray, b: np.ndarray,
               d: np.ndarray) -> TensorProduct:
+        # keyed on the raw layouts: building TensorInfos (which validate) costs more than
+        # a small product's execution
+        key = (handle.backend_name, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides,
+               d.dtype, d.shape, d.strides)
+        cache = self._plans[k]
+        plan = cache.get(key)
+        if plan is not None and not plan.destroyed:
+            return plan
         step = self.steps[k]
         infos = (TensorInfo.from_array(a), TensorInfo.from_array(b), TensorInfo.from_array(d))
-        key = (handle.backend_name, *infos)
-        cache = self._plans[k]
-        with self._lock:
-            plan = cache.get(key)
-            if plan is not None and not plan.destroyed:
-                cache.move_to_end(key)
-                return plan
         plan = TensorProduct(handle, infos[0], step.a_labels, infos[1], step.b_labels, None,
                              None, infos[2], step.out_labels)
         with self._lock:

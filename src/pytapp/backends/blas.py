@@ -383,8 +383,8 @@ class BlasPlan(Stateless):
         x = x.transpose(perm)
         if conj or x.dtype != self.compute:
             out = np.empty(x.shape, dtype=self.compute)
-            if kernels.supports(out, x):
-                kernels.fused(out, x, conj_x=conj, threads=threads)
+            if kernels.supports(out, x) or out.size < kernels.SMALL_COPY:
+                kernels.copy(out, x, conj=conj, threads=threads)
             elif conj:
                 parallel_map(out, (x,), threads, None, lambda o, i: np.conjugate(i, out=o))
             else:
@@ -400,8 +400,8 @@ class BlasPlan(Stateless):
         if view is not None and _blasable(view):
             return view, 0
         out = np.empty(x.shape, dtype=x.dtype)
-        if kernels.supports(out):
-            kernels.fused(out, x, threads=threads)
+        if kernels.supports(out) or out.size < kernels.SMALL_COPY:
+            kernels.copy(out, x, threads=threads)
         else:
             parallel_copyto(out, x, threads)
         return out.reshape(shape), out.nbytes

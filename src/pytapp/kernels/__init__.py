@@ -37,7 +37,7 @@ import numpy as np
 from pytapp.kernels.layout import flat, merge_dims, order_dims
 from pytapp.kernels.pool import cores, run_blocks
 
-__all__ = ["available", "fused", "reduce", "supports"]
+__all__ = ["available", "copy", "fused", "reduce", "supports"]
 
 #: Datatypes the kernels compute in (one per call).
 DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
@@ -133,6 +133,47 @@ def fused(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
             _mode(y, c, conj_x, conj_y, conj_c, conj_out, dtype.kind == "c"))
     run_blocks(lambda lo, hi: k.fused_elementwise(*args, lo, hi),
                k.elementwise_blocks(shape_arr, tdim), _threads(out.size, threads))
+
+
+#: Below this many elements a copy is NumPy's, on the calling thread: its loop starts in a
+#: microsecond, where a compiled kernel's layout analysis and dispatch, or handing slabs to
+#: other threads, cost tens (measured: 100k-element copies, 2 cores).
+SMALL_COPY = 1 << 17
+
+
+def _copy_slabs(out: np.ndarray, x: np.ndarray, conj: bool, threads: int) -> None:
+    """NumPy copies of slabs along the outermost mode, one range of slabs per thread."""
+    def work(lo: int, hi: int) -> None:
+        if conj:
+            np.conjugate(x[lo:hi], out=out[lo:hi], casting="unsafe")
+        else:
+            np.copyto(out[lo:hi], x[lo:hi], casting="unsafe")
+
+    run_blocks(work, out.shape[0], threads, min_blocks=1)
+
+
+def copy(out: np.ndarray, x: np.ndarray, *, conj: bool = False,
+         threads: int | None = None) -> None:
+    """``out[...] = op(x)`` (``conj``: complex conjugate) for any layouts, cast to ``out``'s
+    dtype.
+
+    Small operands: NumPy. Copies that keep the output's fastest mode contiguous in ``x``:
+    NumPy slabs over the outermost mode, on the pool's threads. True transposes of large
+    operands: the blocked compiled kernel.
+    """
+    conj = conj and x.dtype.kind == "c"
+    n = _threads(out.size, threads)
+    if out.size < SMALL_COPY or out.ndim == 0 or (n == 1 and not supports(out, x)):
+        _copy_slabs(out, x, conj, 1) if out.ndim else np.copyto(out, x, casting="unsafe")
+        return
+    fastest = min(range(out.ndim), key=lambda d: (abs(out.strides[d]), -d))
+    inner_contiguous = x.strides[fastest] == x.itemsize or out.shape[fastest] == 1
+    if inner_contiguous or not supports(out, x):
+        outer = max(range(out.ndim), key=lambda d: (abs(out.strides[d]), -d))
+        order = [outer] + [d for d in range(out.ndim) if d != outer]
+        _copy_slabs(out.transpose(order), x.transpose(order), conj, n)
+        return
+    fused(out, x, conj_x=conj, threads=threads)
 
 
 def reduce(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
