@@ -25,6 +25,7 @@ test: lint
 
 bench: $(STAMP)
 	$(PY) -m pytapp bench --suite full --backend auto blas tblis torch --json docs/benchmarks.json --plot docs/benchmarks.png --markdown docs/benchmarks.md
+	$(PY) -m pytapp bench --suite networks --json docs/networks.json --plot docs/networks.png --markdown docs/networks.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

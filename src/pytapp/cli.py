@@ -221,8 +221,42 @@ def _print_table(result: Any) -> None:
         console.print(f"note: {n}")
 
 
+def _cmd_bench_networks(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytapp.bench import networks
+
+    backend = args.backend[0] if args.backend != ["auto", "blas"] else None
+    cases = networks.network_cases(args.size)
+    if args.case:
+        cases = [c for c in cases if any(k in c.name for k in args.case)]
+    callback, bar = _progress_printer()
+    with bar:
+        total = len(cases) * (1 + len(networks.PEERS))
+        done = iter(range(total))
+        results = networks.run_networks(
+            cases, repeats=args.repeats, backend=backend,
+            progress=lambda what: callback(what, next(done), total))
+    print(networks.networks_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(networks.networks_json(results), indent=1))
+        print(f"wrote {args.json}")
+    if args.plot:
+        networks.networks_plot(results, args.plot)
+        print(f"wrote {args.plot}")
+    if args.markdown:
+        plot = Path(args.plot).name if args.plot else None
+        Path(args.markdown).write_text(networks.networks_markdown(results, plot))
+        print(f"wrote {args.markdown}")
+    worst = max((e for r in results for e in r.errors.values()), default=0.0)
+    return 1 if worst > 1e-3 else 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pytapp.bench import report
+
+    if args.suite == "networks":
+        return _cmd_bench_networks(args)
     from pytapp.bench.cases import generate, suite
     from pytapp.bench.harness import run_bench
     from pytapp.bench.peers import PEERS
@@ -350,7 +384,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="execute once on random data first (auto then shows measured times)")
     p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
-    p.add_argument("--suite", default="quick", help="quick (default), full or small")
+    p.add_argument("--suite", default="quick",
+                   help="quick (default), full, random, small, or networks (whole einsum "
+                        "networks against opt_einsum, cotengra and torch.einsum)")
     p.add_argument("--backend", nargs="+", default=["auto", "blas"],
                    help="pytapp backends to time (default: auto blas)")
     p.add_argument("--library", help="also time a C library exporting the TAPP C API")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -26,7 +27,8 @@ import numpy as np
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
 from pytapp.contract import backend_name, shared_handle
 from pytapp.datatypes import Datatype, as_array, datatype_of, datatype_of_data, promote
-from pytapp.errors import ErrorCode, error_for
+from pytapp.errors import ErrorCode, TappError, error_for
+from pytapp.handle import Handle
 from pytapp.network import Network, PathInfo
 from pytapp.operands import to_ndarray
 
@@ -35,6 +37,12 @@ __all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call"
 
 #: Most expressions :func:`cached_expression` keeps.
 EXPRESSION_CACHE_SIZE = 128
+
+#: Backends an ``auto`` expression times on its whole network, in this order.
+NETWORK_CANDIDATES = ("blas", "torch", "tblis")
+
+#: An ``auto`` network that runs longer than this is not timed on every backend.
+NETWORK_TUNE_SECONDS = 0.25
 
 _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
 _cache_lock = threading.Lock()
@@ -159,6 +167,8 @@ class EinsumExpression:
                                memory_limit=memory_limit)
         self.backend = backend_name(backend)
         self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
+        #: For ``backend="auto"``: the backend measured fastest on the network, per datatype.
+        self.choices: dict[Datatype, str] = {}
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -172,8 +182,9 @@ class EinsumExpression:
         return self.network.info(shared_handle(self.backend), dt)
 
     def __repr__(self) -> str:
+        chosen = "".join(f", {dt.name} on {name}" for dt, name in self.choices.items())
         return (f"EinsumExpression({self.subscripts!r}, shapes={list(self.network.shapes)}, "
-                f"path={self.path}, backend={self.backend!r})")
+                f"path={self.path}, backend={self.backend!r}{chosen})")
 
     def __call__(self, *operands: Any, out: Any = None) -> Any:
         """Contract ``operands`` (same shapes as compiled) into a new array or ``out``.
@@ -204,7 +215,7 @@ class EinsumExpression:
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"out has shape {target.shape} but the result has shape "
                             f"{net.output_shape()}")
-        handle = shared_handle(self.backend)
+        handle = self._handle(views, dt)
         if target is not None and target.dtype == want:
             net.run(views, dt, handle, target)
             return out
@@ -215,6 +226,41 @@ class EinsumExpression:
         if like is None and result.ndim == 0:
             return result[()]
         return to_library(result, like)
+
+    def _handle(self, views: list[np.ndarray], dt: Datatype) -> Handle:
+        """The handle of this call: the named backend, or for ``auto`` the one backend
+        measured fastest on this whole network (see :data:`NETWORK_TUNE_SECONDS`)."""
+        if self.backend != "auto":
+            return shared_handle(self.backend)
+        choice = self.choices.get(dt)
+        if choice is None:
+            choice = self.choices[dt] = self._tune(views, dt)
+        return shared_handle(choice)
+
+    def _tune(self, views: list[np.ndarray], dt: Datatype) -> str:
+        """Time the whole network on each backend (a warm-up run, then the best of two).
+
+        Libraries are not mixed inside a network: their idle worker threads keep spinning
+        after each call and slow the next library's threads down, which a product timed
+        alone never shows. Networks that run longer than :data:`NETWORK_TUNE_SECONDS` are
+        not timed on every backend: each step's ``auto`` plan decides.
+        """
+        times: dict[str, float] = {}
+        for name in NETWORK_CANDIDATES:
+            try:
+                handle = shared_handle(name)
+                self.network.run(views, dt, handle)  # plans, buffers, compiled kernels
+                best = float("inf")
+                for _ in range(2):
+                    start = time.perf_counter()
+                    self.network.run(views, dt, handle)
+                    best = min(best, time.perf_counter() - start)
+                    if best > NETWORK_TUNE_SECONDS:
+                        return "auto"
+                times[name] = best
+            except TappError:  # this backend cannot run some step: not a candidate
+                continue
+        return min(times, key=lambda n: times[n]) if times else "auto"
 
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""

@@ -30,6 +30,7 @@ from pytapp.analysis.subscripts import Equation
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 from pytapp.handle import Handle
+from pytapp.operands import BoundProduct
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
 
@@ -40,6 +41,11 @@ __all__ = ["Network", "PathInfo", "Prepared", "Step", "prepare_labels", "resolve
 STEP_PLAN_CACHE = 16
 
 Path = list[tuple[int, ...]]
+
+#: A scalar one per datatype: the B of one-operand steps (read-only, shared).
+_ONE = {dt: np.ones((), dtype=dt.numpy_dtype) for dt in Datatype}
+for _one in _ONE.values():
+    _one.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,9 @@ def resolve_path(optimize: Any, inputs: list[frozenset[str]], output: frozenset[
     if n <= 1:
         return [(0,)] if n else []
     if optimize is False or optimize is None:
-        return [(0, 1)] * (n - 1)
+        # left to right: the running result (kept last) with the next operand (first)
+        chain: Path = [(0, 1)]
+        return chain + [(0, n - 2 - i) for i in range(n - 2)]
     if optimize is True:
         optimize = "greedy"
     if (isinstance(optimize, tuple) and len(optimize) == 2 and isinstance(optimize[0], str)
@@ -250,6 +258,7 @@ class Network:
         self.steps = self._steps()
         self._plans: list[OrderedDict[Any, TensorProduct]] = [OrderedDict() for _ in self.steps]
         self._buffers: dict[tuple[int, Datatype], np.ndarray] = {}
+        self._bound: dict[tuple[int, Datatype], tuple[TensorProduct, BoundProduct]] = {}
         self._lock = threading.Lock()  # the plan caches
         self._busy = threading.Lock()  # held by the call that uses the shared buffers
 
@@ -350,14 +359,23 @@ class Network:
         shared = self._busy.acquire(blocking=False)
         try:
             slots: dict[int, np.ndarray] = dict(enumerate(views))
-            one = np.ones((), dtype=dt.numpy_dtype)
+            one = _ONE[dt]
+            inputs = len(self.prepared)
             for k, step in enumerate(self.steps):
                 last = k == len(self.steps) - 1
                 d = result if last else self._buffer(k, dt, shared)
                 a = slots[step.a]
                 b = one if step.b is None else slots[step.b]
                 plan = self._plan(k, handle, a, b, d)
-                plan.execute(1, a, b, 0, None, d)
+                internal = shared and not last and step.a >= inputs and (
+                    step.b is None or step.b >= inputs)
+                if internal:  # every operand is this network's: bind once, run many times
+                    bound = self._bound.get((k, dt))
+                    if bound is None or bound[0] is not plan:
+                        bound = self._bound[(k, dt)] = (plan, plan.bind(1, a, b, 0, None, d))
+                    plan.run_bound(bound[1])
+                else:
+                    plan.execute(1, a, b, 0, None, d)
                 slots[step.out] = d
         finally:
             if shared:
@@ -396,5 +414,6 @@ class Network:
             for cache in self._plans:
                 cache.clear()
             self._buffers.clear()
+            self._bound.clear()
         for plan in plans:
             plan.destroy()

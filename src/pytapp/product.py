@@ -360,6 +360,21 @@ class TensorProduct(TappObject):
         bound = self._binder.bind(alpha, a, b, beta, c, d)
         return self._run(bound, ex)
 
+    def bind(self, alpha: Any, a: Any, b: Any, beta: Any, c: Any, d: Any) -> BoundProduct:
+        """Check and bind operands once, for :meth:`run_bound` to execute many times.
+
+        The bound views keep pointing at the same memory: the caller promises not to free or
+        resize it while the binding is used (pytapp's einsum networks bind their own
+        intermediate buffers this way). Raises as :meth:`execute` does.
+        """
+        self.check_alive()
+        return self._binder.bind(alpha, a, b, beta, c, d)
+
+    def run_bound(self, bound: BoundProduct) -> Status:
+        """Execute on operands bound by :meth:`bind` (on the default executor)."""
+        self.check_alive()
+        return self._run(bound, None)
+
     def execute_batched(
         self,
         alpha: Any,

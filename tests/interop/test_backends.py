@@ -155,9 +155,10 @@ def test_auto_low_precision_follows_measured_rates(native_faster: bool,
 
     rates = {"numpy": {"f32": 1e11}, "torch": {"bf16": 4e11 if native_faster else 2e10}}
     monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e10, rates, rates))
-    info = TensorInfo(Datatype.BF16, (4, 4))
+    # Large enough that the rates decide, not each backend's per-call cost.
+    info = TensorInfo(Datatype.BF16, (512, 512))
     plan = TensorProduct(Handle("auto"), info, "ik", info, "kj", None, None,
-                         TensorInfo(Datatype.F32, (4, 4)), "ij")
+                         TensorInfo(Datatype.F32, (512, 512)), "ij")
     want = "torch" if native_faster else "blas"
     assert plan.algorithm.startswith(f"auto -> {want}")
 

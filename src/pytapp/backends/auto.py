@@ -35,7 +35,7 @@ from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
-__all__ = ["CANDIDATES", "AutoBackend", "AutoPlan"]
+__all__ = ["CANDIDATES", "AutoBackend", "AutoPlan", "call_overheads"]
 
 #: Backends ``auto`` may choose, in order of preference when the model has no opinion.
 CANDIDATES = ("blas", "torch", "tblis", "reference")
@@ -105,6 +105,45 @@ TUNE_SETTLE_SECONDS = 0.02
 _LOW = frozenset({Datatype.F16, Datatype.BF16})
 
 
+_overheads: dict[str, float] = {}
+
+
+def call_overheads(names: list[str]) -> dict[str, float]:
+    """Seconds one execution costs each backend beyond its arithmetic: the best of 15 runs
+    of a 4x4 F64 GEMM, measured once per process (a few milliseconds). torch's conversions
+    and dispatch cost several times blas's; for the small products of a tensor network this
+    term decides."""
+    from pytapp import backends
+    from pytapp.analysis.spec import build_spec
+    from pytapp.datatypes import ElementOp
+    from pytapp.operands import Binder
+    from pytapp.precision import Prectype
+
+    missing = [n for n in names if n not in _overheads]
+    if missing:
+        x = np.ones((4, 4))
+        item = (Datatype.F64, (4, 4), (4, 1))
+        spec = build_spec((*item, ("a", "b"), ElementOp.IDENTITY),
+                          (*item, ("b", "c"), ElementOp.IDENTITY),
+                          (*item, ("a", "c"), ElementOp.IDENTITY),
+                          (*item, ("a", "c"), ElementOp.IDENTITY), Prectype.DEFAULT, False)
+        for name in missing:
+            try:
+                plan = backends.get(name).plan(spec, None)
+                bound = Binder(spec).bind(1, x, x, 0, None, np.empty((4, 4)))
+                best = float("inf")
+                for _ in range(15):
+                    start = time.perf_counter()
+                    plan.run(bound, None)
+                    best = min(best, time.perf_counter() - start)
+                plan.release()
+            except Exception:  # a backend that cannot run it is priced by its model alone
+                best = 0.0
+            with _lock:
+                _overheads[name] = best
+    return {n: _overheads[n] for n in names}
+
+
 def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, Any] | None,
                 machine: Machine) -> dict[str, float]:
     """Predicted seconds of each capable backend, from this machine's measured constants.
@@ -153,6 +192,8 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
         elif name == "tblis":
             out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
                          if p.get("kind") == "gemm" else 2 * touched / machine.bandwidth)
+    for name, seconds in call_overheads(list(out)).items():
+        out[name] += seconds
     return out
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NetworkCase", "NetworkResult", "network_cases", "networks_table", "run_networks"]
+__all__ = ["NetworkCase", "NetworkResult", "network_cases", "networks_json", "networks_markdown",
+           "networks_plot", "networks_table", "run_networks"]
 
 PEERS = ("opt_einsum", "cotengra", "torch.einsum")
 
@@ -86,10 +87,10 @@ def network_cases(scale: float = 1.0) -> list[NetworkCase]:
     def s(n: int) -> int:
         return max(2, round(n * scale))
 
-    mps_eq, mps_shapes = _mps_norm(12, 2, s(96))
-    peps_eq, peps_shapes = _peps_grid(3, 4, s(10))
-    no, nv, nao = s(10), s(40), s(48)
-    b, h, n, dh = 4, 8, s(256), 64
+    mps_eq, mps_shapes = _mps_norm(12, 2, s(128))
+    peps_eq, peps_shapes = _peps_grid(3, 4, s(12))
+    no, nv, nao = s(14), s(56), s(48)
+    b, h, n, dh = 4, 8, s(1024), 64
     return [
         NetworkCase("mps_norm_c128", "tensor network", mps_eq, mps_shapes, "complex128"),
         NetworkCase("peps_3x4_f64", "tensor network", peps_eq, peps_shapes, "float64"),
@@ -213,3 +214,54 @@ def networks_table(results: Sequence[NetworkResult]) -> str:
     worst = max((e for r in results for e in r.errors.values()), default=0.0)
     lines.append(f"largest relative error vs numpy.einsum (float64/complex128): {worst:.1e}")
     return "\n".join(lines)
+
+
+def networks_json(results: Sequence[NetworkResult]) -> dict[str, Any]:
+    """The results as JSON-ready data."""
+    return {"suite": "networks", "cases": [
+        {"name": r.case.name, "domain": r.case.domain, "equation": r.case.equation,
+         "shapes": [list(s) for s in r.case.shapes], "dtype": r.case.dtype,
+         "path": [list(p) for p in r.path], "seconds": r.times, "errors": r.errors,
+         "notes": r.notes, "ratio_to_best_peer": r.ratio} for r in results]}
+
+
+def networks_plot(results: Sequence[NetworkResult], path: str) -> None:
+    """A bar chart: each contender's time relative to pytapp's, per network."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["pytapp", *PEERS]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        speed = [r.times["pytapp"] / r.times[name] if name in r.times else 0.0
+                 for r in results]
+        ax.bar([j + i * width for j in range(len(results))], speed, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(results))],
+                  [r.case.name for r in results], rotation=15, fontsize=8)
+    ax.set_ylabel("speed relative to pytapp (higher is faster)")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.legend(fontsize=8)
+    ax.set_title("pytapp bench --suite networks (same path for every contender)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def networks_markdown(results: Sequence[NetworkResult], plot: str | None = None) -> str:
+    """A Markdown report: the table, then each network's equation and path."""
+    lines = ["# Networks benchmark", "",
+             "Each network is contracted along the same path (opt_einsum's greedy) by every "
+             "contender; times are medians; the last column is the best peer's time over "
+             "pytapp's (above 1: pytapp is faster). Every result is checked against "
+             "numpy.einsum in float64/complex128.", "", "```", networks_table(results), "```",
+             ""]
+    if plot:
+        lines += [f"![networks]({plot})", ""]
+    for r in results:
+        lines += [f"- **{r.case.name}** ({r.case.domain}, {r.case.dtype}): "
+                  f"`{r.case.equation}` shapes {[list(s) for s in r.case.shapes]}, "
+                  f"path {r.path}"]
+    return "\n".join(lines) + "\n"
