@@ -256,6 +256,7 @@ class Network:
         limit = self._limit(memory_limit)
         self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
         self.steps = self._steps()
+        self._out_shapes = [tuple(self.sizes[ch] for ch in st.out_labels) for st in self.steps]
         self._plans: list[OrderedDict[Any, TensorProduct]] = [OrderedDict() for _ in self.steps]
         self._buffers: dict[tuple[int, Datatype], np.ndarray] = {}
         self._bound: dict[tuple[int, Datatype], tuple[TensorProduct, BoundProduct]] = {}
@@ -320,8 +321,8 @@ class Network:
               d: np.ndarray) -> TensorProduct:
         # keyed on the raw layouts: building TensorInfos (which validate) costs more than
         # a small product's execution
-        key = (handle.backend_name, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides,
-               d.dtype, d.shape, d.strides)
+        key = (handle.backend_name, a.dtype.char, a.shape, a.strides, b.shape, b.strides,
+               d.strides)  # one dtype per call; D's shape is the step's
         cache = self._plans[k]
         plan = cache.get(key)
         if plan is not None and not plan.destroyed:
@@ -337,7 +338,7 @@ class Network:
         return plan
 
     def _buffer(self, k: int, dt: Datatype, shared: bool) -> np.ndarray:
-        shape = tuple(self.sizes[ch] for ch in self.steps[k].out_labels)
+        shape = self._out_shapes[k]
         if not shared:
             return np.empty(shape, dtype=dt.numpy_dtype)
         buf = self._buffers.get((k, dt))

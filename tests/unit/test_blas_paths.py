@@ -81,3 +81,30 @@ def test_threads_do_not_change_results(tiny_thresholds: None) -> None:
     plan.execute(1.0, a, b, 0.0, None, out2, h.create_executor(threads=2))
     np.testing.assert_array_equal(out1, out2)
     np.testing.assert_array_equal(out1, a * b)
+
+
+def test_repeated_gemm_executions_stay_exact() -> None:
+    """The second and later runs of a GEMM plan take blas's short path; every run must
+    still honour new data, alpha, C and conjugation exactly like the first."""
+    import pytapp
+
+    rng = np.random.default_rng(21)
+    a = rng.integers(-3, 4, (6, 5, 4)).astype(np.complex128)
+    b = rng.integers(-3, 4, (5, 4, 7)).astype(np.complex128)
+    c = rng.integers(-3, 4, (6, 7)).astype(np.complex128)
+    d = np.zeros((6, 7), dtype=np.complex128)
+    info = pytapp.TensorInfo.from_array
+    with pytapp.Handle("blas") as h:
+        plan = pytapp.TensorProduct(h, info(a), "ikl", info(b), "klj", info(c), "ij", info(d),
+                                    "ij")
+        for alpha, beta, scale in [(1, 0, 1), (1, 0, 2), (2, 0, 1), (1, 1, 3), (1, 0, -1)]:
+            x, y = a * scale, b + scale
+            plan.execute(alpha, x, y, beta, c, d)
+            want = alpha * np.einsum("ikl,klj->ij", x, y) + beta * c
+            assert np.array_equal(d, want)
+        assert plan._backend_plan()._recipe is not None  # the short path was taken
+        conj = pytapp.TensorProduct(h, info(a), "ikl", info(b), "klj", None, None, info(d),
+                                    "ij", op_a=pytapp.ElementOp.CONJUGATE)
+        for scale in (1, 2):
+            conj.execute(1, a * scale, b, 0, None, d)
+            assert np.array_equal(d, np.einsum("ikl,klj->ij", np.conj(a * scale), b))

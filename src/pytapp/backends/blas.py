@@ -95,6 +95,8 @@ class BlasPlan(Stateless):
         self.spec = spec
         rule, cls = spec.rule, spec.classes
         self._fallback: ReferencePlan | None = None
+        #: (strides of A, B, D; shapes of the GEMM views) once a run was a GEMM on views.
+        self._recipe: tuple[Any, Any] | None = None
         if rule.real is Datatype.F16:
             self._fallback = ReferencePlan(spec)
             self.algorithm = "reference loop (F16 accumulation rounds every partial sum)"
@@ -562,8 +564,51 @@ class BlasPlan(Stateless):
     def _round_free(self, storage: Datatype) -> bool:
         return self.rounding is None or storage.real in _EXACT_IN[self.rounding]
 
+    def _fast_gemm(self, bound: BoundProduct) -> Status | None:
+        """The common case in a few NumPy calls: a GEMM on views of A, B and D (no copy, no
+        C, alpha 1, no conjugation), with the reshapes found by a first full run on these
+        strides (which decide whether each reshape is a view). ``None``: not this case."""
+        recipe = self._recipe
+        if recipe is None or bound.c is not None or bound.alpha != 1:
+            return None
+        a, b, d = bound.a, bound.b, bound.d
+        if recipe[0] != (a.strides, b.strides, d.strides):
+            return None
+        a3_shape, b3_shape, out_shape = recipe[1]
+        if not self.a_perm_id:
+            a = a.transpose(self.a_perm)
+        if not self.b_perm_id:
+            b = b.transpose(self.b_perm)
+        if not self.d_perm_id:
+            d = d.transpose(self.d_perm)
+        a3, b3 = a.reshape(a3_shape, copy=False), b.reshape(b3_shape, copy=False)
+        out = d.reshape(out_shape, copy=False)  # a view, as it was for these strides
+        if self.swap:
+            np.matmul(np.swapaxes(b3, -1, -2), np.swapaxes(a3, -1, -2), out=out)
+        else:
+            np.matmul(a3, b3, out=out)
+        return Status(backend="blas", algorithm=self.algorithm, flops=self.spec.flops)
+
+    def _learn_recipe(self, bound: BoundProduct, copied: int, mode: str) -> None:
+        """After a full run: remember when it was one GEMM on views, written into D."""
+        spec = self.spec
+        if (self.kind != "gemm" or copied or mode != "direct" or self.split_batches
+                or bound.c is not None or self.route is not None
+                or not (self.a_plain and self.b_plain)
+                or (spec.d.conjugate and spec.d.datatype.is_complex)
+                or bound.a.dtype != self.compute or bound.b.dtype != self.compute):
+            return
+        h, m, n, k = self.h_shape, self.m, self.n, self.k
+        shape = (*h, n, m) if self.swap else (*h, m, n)
+        self._recipe = ((bound.a.strides, bound.b.strides, bound.d.strides),
+                        ((*h, m, k), (*h, k, n), shape))
+
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Compute D in place of ``bound.d``."""
+        if executor is None and self._recipe is not None:
+            fast = self._fast_gemm(bound)
+            if fast is not None:
+                return fast
         if self._fallback is not None:
             status = self._fallback.run(bound, executor)
             status.backend, status.algorithm = "blas", self.algorithm
@@ -586,6 +631,8 @@ class BlasPlan(Stateless):
         result, mode, cm = self._kernel(a, b, bound, threads)
         self._finish(result, mode, bound, threads)
         copied = ca + cb + cm
+        if self._recipe is None and executor is None:
+            self._learn_recipe(bound, copied, mode)
         temp = int(np.asarray(result).nbytes) if mode == "temp" else 0
         if mode == "done":
             temp = BLOCK_BYTES
