@@ -530,7 +530,8 @@ class BlasPlan(Stateless):
         spec = self.spec
         r = r.reshape(d_t.shape[:d_t.ndim - self.ic] + (1,) * self.ic)
         conj_c = spec.c.conjugate and spec.c.datatype.is_complex
-        if kernels.supports(r, d_t, c_t) and (c_t is None or self._round_free(spec.c.datatype)):
+        if d_t.size >= kernels.SMALL_COPY and kernels.supports(r, d_t, c_t) and (
+                c_t is None or self._round_free(spec.c.datatype)):
             # One pass: D = op_D(alpha r + beta op_C(C)), whatever D's and C's layouts.
             kernels.fused(d_t, r, None, c_t, alpha=bound.alpha, beta=bound.beta,
                           conj_c=conj_c, conj_out=spec.d.conjugate and spec.d.datatype.is_complex,
