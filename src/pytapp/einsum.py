@@ -75,8 +75,9 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
 
     Returns
     -------
-    The result in the operands' library: a NumPy array (a NumPy scalar when 0-d), or a torch
-    tensor when an operand is one.
+    The result in the operands' library: a NumPy array (a NumPy scalar when 0-d), a torch
+    tensor when an operand is one, a lazy dask array when an operand is one
+    (:func:`pytapp.dask.einsum`).
 
     Raises
     ------
@@ -94,6 +95,15 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
     (2, 2)
     """
     subs, ops = normalize_call(subscripts, operands)
+    if any(type(x).__module__.startswith("dask.") for x in ops):
+        if out is not None:
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            "out= is not supported for dask arrays (the result is lazy); "
+                            "store it with dask.array.store or pytapp.dask.store")
+        from pytapp import dask as tapp_dask
+
+        return tapp_dask.einsum(subs, *ops, optimize=optimize, memory_limit=memory_limit,
+                                backend=backend, dtype=dtype)
     if _needs_torch_op(ops):
         if out is not None:
             raise error_for(ErrorCode.UNSUPPORTED,

@@ -9,12 +9,43 @@ Examples
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 from pytapp.attributes import Attr, TappObject
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["Executor", "default_memory_limit"]
+__all__ = ["Executor", "default_memory_limit", "register_runner", "runner_for"]
+
+#: Distributed runners by kind ("dask"), registered by the module that implements them.
+_RUNNERS: dict[str, Callable[[Any], Any]] = {}
+_RUNNER_MODULES = {"dask": "pytapp.dask"}
+
+
+def register_runner(kind: str, factory: Callable[[Any], Any]) -> None:
+    """Register ``factory(executor) -> runner`` for executors of ``kind`` (plug-in point:
+    :mod:`pytapp.dask` registers ``"dask"`` when imported)."""
+    _RUNNERS[kind] = factory
+
+
+def runner_for(executor: Executor) -> Any:
+    """The distributed runner of ``executor`` (its module imported on first use).
+
+    Raises
+    ------
+    UnsupportedError
+        Code 18 when the runner's library is not installed.
+    """
+    kind = "dask"
+    if kind not in _RUNNERS:
+        try:
+            importlib.import_module(_RUNNER_MODULES[kind])
+        except ImportError as exc:
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"executors on a {kind} cluster need {kind} and distributed: "
+                            "pip install 'pytapp[dask]'") from exc
+    return _RUNNERS[kind](executor)
 
 
 def default_memory_limit() -> int:
@@ -44,6 +75,11 @@ class Executor(TappObject):
         Also run the reference backend and raise error 137 on disagreement.
     autotune
         Let ``auto`` time candidate backends once per plan.
+    dask
+        A ``distributed.Client``: ``TensorProduct.execute`` then runs block by block on its
+        cluster (:mod:`pytapp.dask`) and streams D's blocks into D.
+    progress
+        With ``dask``: ``progress(done, total)`` after each block of D is written.
 
     Raises
     ------
@@ -63,9 +99,17 @@ class Executor(TappObject):
         device: str = "cpu",
         verify: bool = False,
         autotune: bool = False,
+        dask: Any = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         super().__init__()
         self.handle = handle
+        if dask is not None and not callable(getattr(dask, "compute", None)):
+            raise error_for(ErrorCode.INVALID_EXECUTOR,
+                            f"dask={type(dask).__name__}; pass a distributed.Client")
+        #: The ``distributed.Client`` products run on (``None``: this process).
+        self.dask = dask
+        self.progress = progress
         self.set_attr(Attr.NUM_THREADS, threads)
         self.set_attr(Attr.DEVICE, device)
         self.set_attr(Attr.VERIFY, bool(verify))

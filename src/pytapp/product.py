@@ -35,7 +35,7 @@ from pytapp.backends.base import BackendPlan
 from pytapp.backends.reference import ReferencePlan
 from pytapp.datatypes import ElementOp
 from pytapp.errors import ErrorCode, TappError, error_for
-from pytapp.executor import Executor, default_memory_limit
+from pytapp.executor import Executor, default_memory_limit, runner_for
 from pytapp.handle import Handle
 from pytapp.operands import Binder, BoundProduct, byte_span
 from pytapp.precision import Prectype, tiny_floor, tolerance_factor, within_tolerance
@@ -357,6 +357,9 @@ class TensorProduct(TappObject):
         """
         self.check_alive()
         ex = self._executor(executor)
+        if ex is not None and ex.dask is not None:  # block by block on a cluster
+            status: Status = runner_for(ex).execute(self, alpha, a, b, beta, c, d)
+            return status
         bound = self._binder.bind(alpha, a, b, beta, c, d)
         return self._run(bound, ex)
 
