@@ -252,11 +252,48 @@ def _cmd_bench_networks(args: argparse.Namespace) -> int:
     return 1 if worst > 1e-3 else 0
 
 
+def _cmd_bench_dask(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    try:
+        from pytapp.bench import dask_suite
+    except ImportError:
+        print("the dask suite needs dask and distributed: pip install 'pytapp[dask]'",
+              file=sys.stderr)
+        return 2
+    cases = dask_suite.dask_cases(args.size)
+    if args.case:
+        cases = [c for c in cases if any(k in c.name for k in args.case)]
+    callback, bar = _progress_printer()
+    with bar:
+        total = len(cases) * 3
+        done = iter(range(total))
+        results = dask_suite.run_dask(cases, repeats=args.repeats,
+                                      progress=lambda what: callback(what, next(done), total))
+    print(dask_suite.dask_table(results))
+    if args.plot:
+        dask_suite.dask_plot(results, args.plot)
+        print(f"wrote {args.plot}")
+    if args.markdown:
+        plot = Path(args.plot).name if args.plot else None
+        Path(args.markdown).write_text(dask_suite.dask_markdown(results, plot))
+        print(f"wrote {args.markdown}")
+    if args.json:
+        data = [{"name": r.case.name, "expr": r.case.expr, "seconds": r.times,
+                 "errors": r.errors, "ratio": r.ratio} for r in results]
+        Path(args.json).write_text(json.dumps({"suite": "dask", "cases": data}, indent=1))
+        print(f"wrote {args.json}")
+    worst = max((e for r in results for e in r.errors.values()), default=0.0)
+    return 1 if worst > 1e-3 else 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pytapp.bench import report
 
     if args.suite == "networks":
         return _cmd_bench_networks(args)
+    if args.suite == "dask":
+        return _cmd_bench_dask(args)
     from pytapp.bench.cases import generate, suite
     from pytapp.bench.harness import run_bench
     from pytapp.bench.peers import PEERS
@@ -385,8 +422,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_plan)
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
     p.add_argument("--suite", default="quick",
-                   help="quick (default), full, random, small, or networks (whole einsum "
-                        "networks against opt_einsum, cotengra and torch.einsum)")
+                   help="quick (default), full, random, small, networks (whole einsum "
+                        "networks against opt_einsum, cotengra and torch.einsum), or dask "
+                        "(pytapp.dask against dask.array.einsum on a LocalCluster)")
     p.add_argument("--backend", nargs="+", default=["auto", "blas"],
                    help="pytapp backends to time (default: auto blas)")
     p.add_argument("--library", help="also time a C library exporting the TAPP C API")

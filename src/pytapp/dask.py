@@ -208,7 +208,8 @@ def _single_pass(la: str, lb: str, ld: str, a: Any, b: Any, c: Any, alpha: Any, 
     expr = f"{la},{lb}->{ld}"
     dtype = final.numpy_dtype
 
-    def block(x: np.ndarray, y: np.ndarray, z: np.ndarray | None = None) -> Any:
+    def block(x: Any, y: Any, z: np.ndarray | None = None) -> Any:
+        x, y = _one(x), _one(y)
         return contract_blocks(expr, x, y, z, alpha=alpha, beta=beta if z is not None else 0,
                                op_a=ops[0], op_b=ops[1], op_c=ops[2], op_d=ops[3], prec=prec,
                                allow_broadcast=allow_broadcast, backend=backend,
@@ -216,8 +217,19 @@ def _single_pass(la: str, lb: str, ld: str, a: Any, b: Any, c: Any, alpha: Any, 
                                              for ch in ld], dtype=dtype))
 
     args: list[Any] = [a, la, b, lb] + ([] if c is None else [c, ld])
-    return da.blockwise(block, ld, *args, dtype=dtype, concatenate=True,
+    return da.blockwise(block, ld, *args, dtype=dtype, concatenate=False,
                         meta=np.empty((0,) * len(ld), dtype=dtype))
+
+
+def _one(x: Any) -> Any:
+    """The block of a one-chunk contracted label: blockwise (``concatenate=False``) passes a
+    list per label not in the output; contracted labels split over several chunks are output
+    axes of the partial products, so every such list here has one block."""
+    while isinstance(x, list):
+        if len(x) != 1:  # pragma: no cover - split labels are never summed by blockwise
+            raise error_for(ErrorCode.UNSUPPORTED, "a block list of several chunks")
+        x = x[0]
+    return x
 
 
 def _block_extent(label: str, x: np.ndarray, lx: str, y: np.ndarray, ly: str,
@@ -235,14 +247,15 @@ def _partial_products(la: str, lb: str, kept: str, split: list[str], a: Any, b: 
     expr = f"{la},{lb}->{kept}"
     dtype = partial.numpy_dtype
 
-    def block(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def block(x: Any, y: Any) -> np.ndarray:
+        x, y = _one(x), _one(y)
         shape = [_block_extent(ch, x, la, y, lb, None, "") for ch in kept]
         out = contract_blocks(expr, x, y, op_a=ops[0], op_b=ops[1], prec=prec,
                               backend=backend, out=np.empty(shape, dtype=dtype))
         return np.asarray(out).reshape(out.shape + (1,) * len(split))
 
     out_ind = kept + "".join(split)
-    return da.blockwise(block, out_ind, a, la, b, lb, dtype=dtype, concatenate=True,
+    return da.blockwise(block, out_ind, a, la, b, lb, dtype=dtype, concatenate=False,
                         adjust_chunks={ch: 1 for ch in split},
                         meta=np.empty((0,) * len(out_ind), dtype=dtype))
 
@@ -263,9 +276,9 @@ def _epilogue(kept: str, ld: str, p: Any, c: Any, alpha: Any, beta: Any,
                                backend=backend, out=np.empty(shape, dtype=dtype))
 
     if c is None:
-        return da.blockwise(block, ld, p, kept, dtype=dtype, concatenate=True,
+        return da.blockwise(block, ld, p, kept, dtype=dtype, concatenate=False,
                             meta=np.empty((0,) * len(ld), dtype=dtype))
-    return da.blockwise(block, ld, p, kept, c, ld, dtype=dtype, concatenate=True,
+    return da.blockwise(block, ld, p, kept, c, ld, dtype=dtype, concatenate=False,
                         meta=np.empty((0,) * len(ld), dtype=dtype))
 
 

@@ -77,7 +77,12 @@ def _reshape_view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 def _blasable(x: np.ndarray) -> bool:
-    """Whether the last two axes form a matrix BLAS reads in place (row or column major)."""
+    """Whether the last two axes form a matrix BLAS reads in place (row or column major).
+
+    Misaligned data (a buffer deserialized at an odd offset, as Dask's network frames can
+    be) is not: NumPy then skips BLAS for a plain loop several times slower than a copy."""
+    if not x.flags.aligned:
+        return False
     if x.ndim < 2:
         return True
     (s1, s2), (d1, d2), item = x.strides[-2:], x.shape[-2:], x.itemsize
@@ -95,6 +100,7 @@ class BlasPlan(Stateless):
         self.spec = spec
         rule, cls = spec.rule, spec.classes
         self._fallback: ReferencePlan | None = None
+        self.reduce_ok = False
         #: (strides of A, B, D; shapes of the GEMM views) once a run was a GEMM on views.
         self._recipe: tuple[Any, Any] | None = None
         if rule.real is Datatype.F16:
@@ -188,7 +194,14 @@ class BlasPlan(Stateless):
             return "elementwise"
         out_size = prod(self.spec.extent(x) for x in self.spec.d.modes.labels)
         gemv_like = self.kind == "dot" or (self.kind == "gemm" and min(self.m, self.n) == 1)
-        if gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS:
+        # A GEMV that BLAS reads in place (nothing copied, D written directly) stays BLAS's:
+        # its threaded GEMV streams the operand as fast as the kernel, without the dispatch.
+        blas_in_place = self.kind == "gemm" and self.profile["copy_bytes"] == 0 and \
+            self.profile["d_direct"]
+        #: Whether the reduce kernel can run this product (for misaligned operands at run
+        #: time: NumPy gives BLAS only aligned data, and copying them costs more).
+        self.reduce_ok = gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS
+        if self.reduce_ok and not blas_in_place:
             return "reduce"
         self.view_gemm = self._choose_view_gemm() if self.kind == "gemm" else None
         return "view-gemm" if self.view_gemm is not None else None
@@ -268,18 +281,20 @@ class BlasPlan(Stateless):
                           beta=0 if c is None else bound.beta, conj_c=conj_c,
                           conj_out=conj_d, threads=threads)
 
-    def _run_route(self, bound: BoundProduct, threads: int | None) -> None:
-        if self.route == "view-gemm":
+    def _run_route(self, bound: BoundProduct, threads: int | None,
+                   route: str | None = None) -> None:
+        route = route or self.route
+        if route == "view-gemm":
             self._run_view_gemm(bound, threads)
             return
         spec, cls = self.spec, self.spec.classes
         conj = {op.role: op.conjugate and op.datatype.is_complex for op in spec.operands}
         out_labels = spec.d.modes.labels
-        labels = out_labels if self.route == "elementwise" else (
+        labels = out_labels if route == "elementwise" else (
             *out_labels, *cls.P, *cls.IA, *cls.IB)
         x = self._label_view(bound.a, spec.a, labels)
         y = self._label_view(bound.b, spec.b, labels)
-        kernel = kernels.fused if self.route == "elementwise" else kernels.reduce
+        kernel = kernels.fused if route == "elementwise" else kernels.reduce
         kernel(bound.d, x, y, bound.c, alpha=bound.alpha,
                beta=0 if bound.c is None else bound.beta, conj_x=conj["A"], conj_y=conj["B"],
                conj_c=conj["C"], conj_out=conj["D"], threads=threads)
@@ -401,6 +416,10 @@ class BlasPlan(Stateless):
         view = _reshape_view(x, shape)
         if view is not None and _blasable(view):
             return view, 0
+        if view is not None and not view.flags.aligned:
+            fixed = _reshape_view(kernels.aligned(x), shape)
+            if fixed is not None and _blasable(fixed):
+                return fixed, fixed.nbytes
         out = np.empty(x.shape, dtype=x.dtype)
         if kernels.supports(out) or out.size < kernels.SMALL_COPY:
             kernels.copy(out, x, threads=threads)
@@ -420,7 +439,7 @@ class BlasPlan(Stateless):
             return None
         d = bound.d if self.d_perm_id else bound.d.transpose(self.d_perm)
         view = _reshape_view(d, shape)
-        if view is None or (self.kind == "gemm" and not (
+        if view is None or not view.flags.aligned or (self.kind == "gemm" and not (
             view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] == 1
         )):
             return None
@@ -573,7 +592,8 @@ class BlasPlan(Stateless):
         if recipe is None or bound.c is not None or bound.alpha != 1:
             return None
         a, b, d = bound.a, bound.b, bound.d
-        if recipe[0] != (a.strides, b.strides, d.strides):
+        if recipe[0] != (a.strides, b.strides, d.strides) or not (
+                a.flags.aligned and b.flags.aligned and d.flags.aligned):
             return None
         a3_shape, b3_shape, out_shape = recipe[1]
         if not self.a_perm_id:
@@ -621,6 +641,10 @@ class BlasPlan(Stateless):
         if self.route is not None:
             self._run_route(bound, threads)
             return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)
+        if self.reduce_ok and not (bound.a.flags.aligned and bound.b.flags.aligned):
+            self._run_route(bound, threads, "reduce")
+            return Status(backend="blas", algorithm="kernel: fused multiply-reduce (operands "
+                          "not aligned for BLAS)", flops=spec.flops)
         if self.a_plain:
             a, ca = (bound.a if self.a_perm_id else bound.a.transpose(self.a_perm)), 0
         else:

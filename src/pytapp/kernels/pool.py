@@ -27,11 +27,18 @@ _lock = threading.Lock()
 
 
 def cores() -> int:
-    """Cores this process may use."""
+    """Cores this process may use: its CPU affinity, capped by ``OMP_NUM_THREADS`` when set
+    (Dask workers, job schedulers and users set it to keep processes from oversubscribing
+    the machine; pytapp's own threads follow it like the BLAS and OpenMP pools do)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    try:
+        limit = int(os.environ.get("OMP_NUM_THREADS", "0"))
+    except ValueError:
+        limit = 0
+    return max(1, min(n, limit)) if limit > 0 else n
 
 
 def executor(threads: int) -> ThreadPoolExecutor:
