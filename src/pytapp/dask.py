@@ -37,7 +37,7 @@ from pytapp.operands import convert_scalar
 from pytapp.precision import Prectype, as_prectype
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DaskRunner", "MemmapSource", "as_dask", "contract", "einsum",
-           "store"]
+           "store", "worker_chunk_bytes"]
 
 #: Chunk size budget for arrays that are not dask arrays yet (bytes per chunk).
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -355,13 +355,28 @@ def store(result: Any, target: Any, client: Any = None,
     return target
 
 
+def worker_chunk_bytes(client: Any) -> int:
+    """A chunk size for ``client``'s cluster: a twentieth of the smallest worker memory
+    limit (a block product holds blocks of A, B, D and temporaries, beside what the worker
+    itself needs), at most :data:`DEFAULT_CHUNK_BYTES`, at least 1 MiB."""
+    try:
+        workers = client.scheduler_info()["workers"].values()
+        limits = [int(w["memory_limit"]) for w in workers if w.get("memory_limit")]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        limits = []
+    if not limits:
+        return DEFAULT_CHUNK_BYTES
+    return max(1 << 20, min(DEFAULT_CHUNK_BYTES, min(limits) // 20))
+
+
 class DaskRunner:
     """Runs ``TensorProduct.execute`` on a Dask cluster (registered as the ``dask`` runner;
     see :meth:`pytapp.Handle.create_executor`)."""
 
-    def __init__(self, client: Any, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    def __init__(self, client: Any, chunk_bytes: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> None:
-        self.client, self.chunk_bytes, self.progress = client, chunk_bytes, progress
+        self.client, self.progress = client, progress
+        self.chunk_bytes = chunk_bytes if chunk_bytes is not None else worker_chunk_bytes(client)
 
     def execute(self, product: Any, alpha: Any, a: Any, b: Any, beta: Any, c: Any,
                 d: Any) -> Any:

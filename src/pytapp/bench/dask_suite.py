@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -118,43 +119,50 @@ def _median(fn: Callable[[], Any], repeats: int) -> float:
 def _run_on(client: Any, cases: Sequence[DaskCase], repeats: int, contenders: Sequence[str],
             results: dict[str, DaskResult], label: str | None = None,
             progress: Callable[[str], None] | None = None) -> None:
+    for case in cases:
+        result = results.setdefault(case.name, DaskResult(case))
+        _time_case(client, case, repeats, contenders, result, label, progress)
+
+
+def _time_case(client: Any, case: DaskCase, repeats: int, contenders: Sequence[str],
+               result: DaskResult, label: str | None,
+               progress: Callable[[str], None] | None) -> None:
     import dask.array as da
     from distributed import wait
 
     from pytapp import dask as tapp_dask
 
-    for case in cases:
-        ad, bd, cd = (client.persist(x) for x in case.dask_arrays())
-        wait([ad, bd, cd])
-        a, b, c = (np.asarray(x.compute()) for x in (ad, bd, cd))
-        wide = np.complex128 if a.dtype.kind == "c" else np.float64
-        want = ALPHA * np.einsum(case.expr, a.astype(wide), b.astype(wide)) + BETA * c
-        result = results.setdefault(case.name, DaskResult(case))
-        builders: dict[str, Callable[[Any, Any, Any], Any]] = {
-            "pytapp": lambda x, y, z: tapp_dask.contract(case.expr, x, y, z, alpha=ALPHA,
-                                                         beta=BETA, backend="blas"),
-            "dask.array.einsum": lambda x, y, z: ALPHA * da.einsum(case.expr, x, y) + BETA * z,
-        }
-        for name in contenders:
-            if progress is not None:
-                progress(f"{case.name}: {label or name}")
+    ad, bd, cd = (client.persist(x) for x in case.dask_arrays())
+    wait([ad, bd, cd])
+    a, b, c = (np.asarray(x.compute()) for x in (ad, bd, cd))
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    want = ALPHA * np.einsum(case.expr, a.astype(wide), b.astype(wide)) + BETA * c
+    builders: dict[str, Callable[[Any, Any, Any], Any]] = {
+        "pytapp": lambda x, y, z: tapp_dask.contract(case.expr, x, y, z, alpha=ALPHA,
+                                                     beta=BETA, backend="blas"),
+        "dask.array.einsum": lambda x, y, z: ALPHA * da.einsum(case.expr, x, y) + BETA * z,
+    }
 
-            def run(build: Callable[[Any, Any, Any], Any] = builders[name]) -> Any:
-                # Graph keys are deterministic: renamed inputs (an identity task per block,
-                # no copy) make every run's keys new, so no run finds an earlier result.
-                tag = uuid.uuid4().hex
-                fresh = [x.map_blocks(_same, name=f"bench-{tag}-{i}", dtype=x.dtype)
-                         for i, x in enumerate((ad, bd, cd))]
-                out = client.persist(build(*fresh))
-                wait(out)
-                return out
+    def run(build: Callable[[Any, Any, Any], Any]) -> Any:
+        # Graph keys are deterministic: renamed inputs (an identity task per block, no copy)
+        # make every run's keys new, so no run finds an earlier run's result.
+        tag = uuid.uuid4().hex
+        fresh = [x.map_blocks(_same, name=f"bench-{tag}-{i}", dtype=x.dtype)
+                 for i, x in enumerate((ad, bd, cd))]
+        out = client.persist(build(*fresh))
+        wait(out)
+        return out
 
-            got = np.asarray(run().compute())
-            scale = max(float(np.max(np.abs(want))), 1e-300)
-            result.errors[label or name] = float(np.max(np.abs(got - want)) / scale)
-            time.sleep(0.2)
-            result.times[label or name] = _median(run, repeats)
-        client.cancel([ad, bd, cd])
+    for name in contenders:
+        if progress is not None:
+            progress(f"{case.name}: {label or name}")
+        build = builders[name]
+        got = np.asarray(run(build).compute())
+        scale = max(float(np.max(np.abs(want))), 1e-300)
+        result.errors[label or name] = float(np.max(np.abs(got - want)) / scale)
+        time.sleep(0.2)
+        result.times[label or name] = _median(partial(run, build), repeats)
+    client.cancel([ad, bd, cd])
 
 
 def run_dask(cases: Sequence[DaskCase] | None = None, repeats: int = 3, scale: float = 1.0,

@@ -157,12 +157,11 @@ def aligned(x: np.ndarray) -> np.ndarray:
     (as bytes: NumPy's element copy of misaligned data is several times slower)."""
     if x.flags.aligned:
         return x
-    out = np.empty(x.shape, dtype=x.dtype, order="F" if x.flags.f_contiguous and not
-                   x.flags.c_contiguous else "C")
-    if x.flags.c_contiguous or x.flags.f_contiguous:
-        order = "F" if out.flags.f_contiguous and not out.flags.c_contiguous else "C"
-        out.reshape(-1, order=order).view(np.uint8)[...] = \
-            x.reshape(-1, order=order).view(np.uint8)
+    fortran = x.flags.f_contiguous and not x.flags.c_contiguous
+    out = np.empty(x.shape, dtype=x.dtype, order="F" if fortran else "C")
+    if x.flags.c_contiguous or fortran:
+        src, dst = (x.T, out.T) if fortran else (x, out)  # C-contiguous views of both
+        dst.reshape(-1).view(np.uint8)[...] = src.reshape(-1).view(np.uint8)
     else:
         np.copyto(out, x)
     return out
