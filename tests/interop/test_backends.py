@@ -180,3 +180,29 @@ def test_tblis_conjugation_with_beta() -> None:
         want = (0.166 - 0.801j) * np.einsum("npcd,DyNd->cyn", a.conj() if op_a else a,
                                              b.conj() if op_b else b) + c
         np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["torch", "tblis"])
+def test_executor_threads_are_restored(name: str) -> None:
+    """An executor's thread count applies to its product only: the library's global setting
+    is the same after the call as before."""
+    if not backends.available()[name][0]:
+        pytest.skip(f"{name} not installed")
+    if name == "torch":
+        import torch
+
+        get = torch.get_num_threads
+    else:
+        import pytblis
+
+        get = pytblis.get_num_threads
+    before = get()
+    a = np.arange(12.0).reshape(3, 4)
+    b = np.arange(8.0).reshape(4, 2)
+    d = np.zeros((3, 2))
+    info = TensorInfo.from_array
+    with Handle(name) as h:
+        plan = TensorProduct(h, info(a), "ik", info(b), "kj", None, None, info(d), "ij")
+        plan.execute(1.0, a, b, 0.0, None, d, h.create_executor(threads=1))
+    np.testing.assert_array_equal(d, a @ b)
+    assert get() == before

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,7 +25,7 @@ from pytapp.precision import Prectype
 from pytapp.status import Status
 
 __all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "Backend", "BackendPlan", "Capabilities",
-           "OptionalModule", "Stateless"]
+           "OptionalModule", "Stateless", "thread_setting"]
 
 ALL_DATATYPES = frozenset(Datatype)
 ALL_PRECTYPES = frozenset(Prectype)
@@ -121,6 +123,22 @@ class Backend(Protocol):
     def release(self) -> None:
         """Free what the backend holds for its handle (library handles); idempotent."""
         ...
+
+
+@contextmanager
+def thread_setting(get: Callable[[], int], set_: Callable[[int], object],
+                   threads: int | None) -> Iterator[None]:
+    """Set a library's global thread count for one call and restore it afterwards (the
+    executor's count is for this product, not for the rest of the process)."""
+    if not threads:
+        yield
+        return
+    previous = get()
+    set_(threads)
+    try:
+        yield
+    finally:
+        set_(previous)
 
 
 class Stateless:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec
-from pytapp.backends.base import Capabilities, OptionalModule, Stateless
+from pytapp.backends.base import Capabilities, OptionalModule, Stateless, thread_setting
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -40,13 +40,16 @@ class TblisPlan(Stateless):
         self.workspace_bytes = 0  # C is copied into D itself
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
-        """Compute D in place of ``bound.d``."""
+        """Compute D in place of ``bound.d`` (TBLIS's thread count restored afterwards)."""
+        threads = None if executor is None else executor.threads
+        with thread_setting(self._tblis.get_num_threads, self._tblis.set_num_threads, threads):
+            return self._run(bound)
+
+    def _run(self, bound: BoundProduct) -> Status:
         d = bound.d
         status = Status(backend="tblis", algorithm=self.algorithm, flops=self.spec.flops)
         if d.size == 0:
             return status
-        if executor is not None and executor.threads:
-            self._tblis.set_num_threads(executor.threads)
         # TBLIS gives wrong results when a conjugation flag meets beta != 0 (seen with
         # extent-1 contracted modes): then beta * op_C(C) is added after a beta = 0 call.
         c_term = None

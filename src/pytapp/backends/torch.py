@@ -17,7 +17,13 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
-from pytapp.backends.base import ALL_DATATYPES, Capabilities, OptionalModule, Stateless
+from pytapp.backends.base import (
+    ALL_DATATYPES,
+    Capabilities,
+    OptionalModule,
+    Stateless,
+    thread_setting,
+)
 from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -101,13 +107,16 @@ class TorchPlan(Stateless):
         return t
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
-        """Compute D in place of ``bound.d``."""
+        """Compute D in place of ``bound.d`` (torch's thread count restored afterwards)."""
+        threads = None if executor is None else executor.threads
+        with thread_setting(self.torch.get_num_threads, self.torch.set_num_threads, threads):
+            return self._run(bound)
+
+    def _run(self, bound: BoundProduct) -> Status:
         torch, spec = self.torch, self.spec
         status = Status(backend="torch", algorithm=self.algorithm, flops=spec.flops)
         if bound.d.size == 0:
             return status
-        if executor is not None and executor.threads:
-            torch.set_num_threads(executor.threads)
         # The native low-precision product is rounded once to its storage type: exact only
         # when that rounding is the final one (D of that type, alpha 1, no C).
         native = (self.native and bound.c is None and bound.alpha == 1
