@@ -13,7 +13,7 @@ import argparse
 import json
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -222,8 +222,6 @@ def _print_table(result: Any) -> None:
 
 
 def _cmd_bench_networks(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from pytapp.bench import networks
 
     backend = args.backend[0] if args.backend != ["auto", "blas"] else None
@@ -238,23 +236,31 @@ def _cmd_bench_networks(args: argparse.Namespace) -> int:
             cases, repeats=args.repeats, backend=backend,
             progress=lambda what: callback(what, next(done), total))
     print(networks.networks_table(results))
+    return _write_reports(args, results, networks.networks_json(results),
+                          networks.networks_plot, networks.networks_markdown)
+
+
+def _write_reports(args: argparse.Namespace, results: Any, data: Any,
+                   plot: Callable[[Any, str], None], markdown: Callable[[Any, str | None], str],
+                   ) -> int:
+    """--json, --plot and --markdown of a suite with its own report; 1 on a wrong result."""
+    from pathlib import Path
+
     if args.json:
-        Path(args.json).write_text(json.dumps(networks.networks_json(results), indent=1))
+        Path(args.json).write_text(json.dumps(data, indent=1))
         print(f"wrote {args.json}")
     if args.plot:
-        networks.networks_plot(results, args.plot)
+        plot(results, args.plot)
         print(f"wrote {args.plot}")
     if args.markdown:
-        plot = Path(args.plot).name if args.plot else None
-        Path(args.markdown).write_text(networks.networks_markdown(results, plot))
+        Path(args.markdown).write_text(
+            markdown(results, Path(args.plot).name if args.plot else None))
         print(f"wrote {args.markdown}")
     worst = max((e for r in results for e in r.errors.values()), default=0.0)
     return 1 if worst > 1e-3 else 0
 
 
 def _cmd_bench_dask(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     try:
         from pytapp.bench import dask_suite
     except ImportError:
@@ -271,20 +277,10 @@ def _cmd_bench_dask(args: argparse.Namespace) -> int:
         results = dask_suite.run_dask(cases, repeats=args.repeats,
                                       progress=lambda what: callback(what, next(done), total))
     print(dask_suite.dask_table(results))
-    if args.plot:
-        dask_suite.dask_plot(results, args.plot)
-        print(f"wrote {args.plot}")
-    if args.markdown:
-        plot = Path(args.plot).name if args.plot else None
-        Path(args.markdown).write_text(dask_suite.dask_markdown(results, plot))
-        print(f"wrote {args.markdown}")
-    if args.json:
-        data = [{"name": r.case.name, "expr": r.case.expr, "seconds": r.times,
-                 "errors": r.errors, "ratio": r.ratio} for r in results]
-        Path(args.json).write_text(json.dumps({"suite": "dask", "cases": data}, indent=1))
-        print(f"wrote {args.json}")
-    worst = max((e for r in results for e in r.errors.values()), default=0.0)
-    return 1 if worst > 1e-3 else 0
+    data = {"suite": "dask", "cases": [
+        {"name": r.case.name, "expr": r.case.expr, "seconds": r.times, "errors": r.errors,
+         "ratio": r.ratio} for r in results]}
+    return _write_reports(args, results, data, dask_suite.dask_plot, dask_suite.dask_markdown)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

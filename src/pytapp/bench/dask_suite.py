@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.bench.harness import geometric_mean, time_call
+
 __all__ = ["DaskCase", "DaskResult", "dask_cases", "dask_markdown", "dask_plot", "dask_table",
            "run_dask"]
 
@@ -106,16 +108,6 @@ def _same(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _median(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def _run_on(client: Any, cases: Sequence[DaskCase], repeats: int, contenders: Sequence[str],
             results: dict[str, DaskResult], label: str | None = None,
             progress: Callable[[str], None] | None = None) -> None:
@@ -161,7 +153,8 @@ def _time_case(client: Any, case: DaskCase, repeats: int, contenders: Sequence[s
         scale = max(float(np.max(np.abs(want))), 1e-300)
         result.errors[label or name] = float(np.max(np.abs(got - want)) / scale)
         time.sleep(0.2)
-        result.times[label or name] = _median(partial(run, build), repeats)
+        result.times[label or name] = float(np.median(
+            time_call(partial(run, build), repeats=repeats, max_seconds=60)))
     client.cancel([ad, bd, cd])
 
 
@@ -192,9 +185,8 @@ def dask_table(results: Sequence[DaskResult]) -> str:
         scaling = r.times.get("pytapp 1 worker", math.nan) / r.times.get("pytapp", math.nan)
         lines.append(f"{r.case.name:<20} {r.case.expr:<14}{cells}{r.ratio:>8.2f}x"
                      f"{scaling:>13.2f}x")
-    ratios = [r.ratio for r in results if math.isfinite(r.ratio)]
-    if ratios:
-        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    geo = geometric_mean([r.ratio for r in results])
+    if math.isfinite(geo):
         lines.append(f"geometric mean, dask.array.einsum time / pytapp time (2 workers): "
                      f"{geo:.2f}x")
     worst = max((e for r in results for e in r.errors.values()), default=0.0)

@@ -41,7 +41,8 @@ from pytapp.datatypes import Datatype
 from pytapp.precision import within_tolerance
 
 __all__ = [
-    "BenchResult", "CaseResult", "Measurement", "copy_bandwidth", "environment", "measure_peaks",
+    "BenchResult", "CaseResult", "Measurement", "copy_bandwidth", "environment",
+    "geometric_mean", "measure_peaks",
     "permutation_speeds", "run_bench", "time_call",
 ]
 
@@ -100,18 +101,22 @@ class BenchResult:
                       if n != name and o.kind == "backend" and o.timed]
             if m is not None and m.timed and others:
                 ratios.append(min(min(others), m.median_s) / m.median_s)
-        if not ratios:
-            return math.nan
-        return float(math.exp(sum(math.log(r) for r in ratios) / len(ratios)))
+        return geometric_mean(ratios)
 
     def geomean_ratio(self, name: str) -> float:
         """Geometric mean over cases of the speed ratio of ``name`` to the best peer."""
         ratios = [c.measurements[name].ratio_to_best_peer for c in self.cases
                   if name in c.measurements and c.measurements[name].timed
                   and c.measurements[name].ratio_to_best_peer > 0]
-        if not ratios:
-            return math.nan
-        return float(math.exp(sum(math.log(r) for r in ratios) / len(ratios)))
+        return geometric_mean(ratios)
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """The geometric mean of the finite positive ``values`` (NaN when there are none)."""
+    kept = [v for v in values if math.isfinite(v) and v > 0]
+    if not kept:
+        return math.nan
+    return float(math.exp(sum(math.log(v) for v in kept) / len(kept)))
 
 
 def time_call(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5,

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.bench.harness import geometric_mean, time_call
+
 __all__ = ["NetworkCase", "NetworkResult", "network_cases", "networks_json", "networks_markdown",
            "networks_plot", "networks_table", "run_networks"]
 
@@ -154,16 +156,6 @@ def _contenders(case: NetworkCase, arrays: list[np.ndarray], path: list[tuple[in
     return found
 
 
-def _median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def _relative_error(got: Any, want: np.ndarray) -> float:
     value = np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=want.dtype)
     return float(np.max(np.abs(value - want), initial=0) / max(np.max(np.abs(want)), 1e-300))
@@ -191,7 +183,7 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
                 progress(f"{case.name}: {name}")
             time.sleep(0.2)  # let the previous contender's idle threads stop spinning
             result.errors[name] = _relative_error(fn(), want)
-            result.times[name] = _median_time(fn, repeats)
+            result.times[name] = float(np.median(time_call(fn, repeats=repeats, max_seconds=30)))
         results.append(result)
     return results
 
@@ -206,9 +198,8 @@ def networks_table(results: Sequence[NetworkResult]) -> str:
         cells = "".join(f"{r.times[n] * 1e3:>11.2f} ms" if n in r.times else f"{'n/a':>14}"
                         for n in names)
         lines.append(f"{r.case.name:<22} {r.case.domain:<18}{cells}{r.ratio:>8.2f}x")
-    ratios = [r.ratio for r in results if math.isfinite(r.ratio)]
-    if ratios:
-        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    geo = geometric_mean([r.ratio for r in results])
+    if math.isfinite(geo):
         lines.append(f"geometric mean of best-peer time / pytapp time: {geo:.2f}x "
                      f"(> 1: pytapp faster)")
     worst = max((e for r in results for e in r.errors.values()), default=0.0)
