@@ -177,8 +177,7 @@ class EinsumExpression:
 
     def info(self, dtype: Any = Datatype.F64) -> PathInfo:
         """Each pairwise step with its TAPP plan's algorithm, flops and predicted time."""
-        dt = self.dtype or datatype_of(np.dtype(dtype) if not isinstance(dtype, Datatype)
-                                       else dtype.numpy_dtype)
+        dt = self.dtype or datatype_of(dtype, "dtype")
         return self.network.info(shared_handle(self.backend), dt)
 
     def __repr__(self) -> str:

@@ -135,7 +135,8 @@ def write_markdown(result: BenchResult, path: str | Path, plot: str | None = Non
         "ratio = best peer's median "
         "time / backend's median time (above 1 is faster than every peer); % roof = share of "
         "the roofline (the best measured GEMM rate of numpy or torch, or the best copy bandwidth "
-        "for the case's working set times its arithmetic intensity).",
+        "for the case's working set times its arithmetic intensity; raised to the best rate a "
+        "contender reached on the case when that is higher, since it is attainable here).",
         "Every contender computes the whole TAPP operation D = 0.75 A B - 0.5 C: backends "
         "through a reused plan into a preallocated D; numpy.einsum and opt_einsum into a "
         "preallocated output, then the epilogue with in-place ufuncs; pytblis with alpha and "
