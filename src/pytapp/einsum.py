@@ -18,8 +18,12 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from pytapp.errors import ErrorCode, error_for
 from pytapp.expression import (
@@ -35,6 +39,11 @@ from pytapp.network import PathInfo
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+#: Most calls :func:`einsum` remembers for its thin path (raw arguments -> expression).
+THIN_CACHE_SIZE = 256
+_thin: dict[Any, EinsumExpression] = {}
+_thin_lock = threading.Lock()
 
 
 def _needs_torch_op(operands: Sequence[Any]) -> bool:
@@ -94,6 +103,18 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
     >>> einsum(np.ones((2, 2)), [0, 1], [1, 0]).shape
     (2, 2)
     """
+    if out is None and type(subscripts) is str and all(type(x) is np.ndarray
+                                                        for x in operands):
+        key = (subscripts, optimize, memory_limit, backend, dtype,
+               *(x.shape for x in operands))
+        try:
+            cached = _thin.get(key)
+        except TypeError:  # an unhashable optimizer: the general path
+            cached = None
+        if cached is not None:
+            found = cached._fast_numpy(operands)
+            if found is not None:
+                return found
     subs, ops = normalize_call(subscripts, operands)
     if any(type(x).__module__.startswith("dask.") for x in ops):
         if out is not None:
@@ -114,7 +135,15 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
         return einsum_op(subs, ops, backend)
     arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, dtype)
-    return expr(*ops, out=out)
+    result = expr(*ops, out=out)
+    if out is None and type(subscripts) is str and all(type(x) is np.ndarray
+                                                        for x in operands):
+        with _thin_lock, contextlib.suppress(TypeError):  # unhashable: not remembered
+            _thin[(subscripts, optimize, memory_limit, backend, dtype,
+                   *(x.shape for x in operands))] = expr
+            while len(_thin) > THIN_CACHE_SIZE:
+                _thin.pop(next(iter(_thin)))
+    return result
 
 
 def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",

@@ -169,6 +169,7 @@ class EinsumExpression:
         self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
         #: For ``backend="auto"``: the backend measured fastest on the network, per datatype.
         self.choices: dict[Datatype, str] = {}
+        self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -195,6 +196,10 @@ class EinsumExpression:
             :meth:`pytapp.TensorProduct.execute`.
         """
         net = self.network
+        if out is None and all(type(x) is np.ndarray for x in operands):
+            fast = self._fast_numpy(operands)
+            if fast is not None:
+                return fast
         if len(operands) != len(net.shapes):
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"the expression takes {len(net.shapes)} operands, not "
@@ -215,6 +220,8 @@ class EinsumExpression:
                             f"out has shape {target.shape} but the result has shape "
                             f"{net.output_shape()}")
         handle = self._handle(views, dt)
+        if all(type(x) is np.ndarray for x in operands):
+            self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
         if target is not None and target.dtype == want:
             net.run(views, dt, handle, target)
             return out
@@ -225,6 +232,25 @@ class EinsumExpression:
         if like is None and result.ndim == 0:
             return result[()]
         return to_library(result, like)
+
+    def _fast_numpy(self, arrays: Sequence[np.ndarray]) -> Any:
+        """The thin path of a repeated call on NumPy arrays of the compiled shapes: the
+        datatype and handle found for these dtypes before are reused (``None``: take the
+        general path, which also reports every error)."""
+        net = self.network
+        if tuple(a.shape for a in arrays) != net.shapes:
+            return None
+        key = tuple(a.dtype for a in arrays)
+        hit = self._fast_dtypes.get(key)
+        if hit is None:
+            return None
+        dt, handle = hit
+        if handle.destroyed:
+            return None
+        want = dt.numpy_dtype
+        views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
+        result = net.run(views, dt, handle)
+        return result[()] if result.ndim == 0 else result
 
     def _handle(self, views: list[np.ndarray], dt: Datatype) -> Handle:
         """The handle of this call: the named backend, or for ``auto`` the one backend

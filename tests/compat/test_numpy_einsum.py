@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from cases import NUMPY_BROADCAST, NUMPY_SUMS, NUMPY_VIEWS, OPT_EINSUM, TORCH, Case
+from einsum_cases import NUMPY_BROADCAST, NUMPY_SUMS, NUMPY_VIEWS, OPT_EINSUM, TORCH, Case
+from einsum_oracle import DTYPES, make_operands
 
 import pytapp
-from conftest import DTYPES, make_operands
 
 
 def supported(backend: str) -> set[str]:
@@ -152,7 +152,7 @@ def test_spaces_are_ignored() -> None:
 def test_paths(check: Callable[..., None]) -> None:
     rng = np.random.default_rng(5)
     eq = "acdf,jbje,gihb,hfac,gfac,gifabc,hfac"
-    from cases import shapes_for
+    from einsum_cases import shapes_for
     ops = [rng.uniform(-1, 1, s) for s in shapes_for(eq)]
     path, info = pytapp.einsum_path(eq, *ops, optimize="greedy")
     assert path[0] == "einsum_path" and len(path) == 7

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from cases import OPT_EINSUM, shapes_for
+from einsum_cases import OPT_EINSUM, shapes_for
+from einsum_oracle import make_operands
 
 import pytapp
-from conftest import make_operands
 
 oe = pytest.importorskip("opt_einsum")
 

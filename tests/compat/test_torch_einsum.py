@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from cases import NUMPY_BROADCAST, TORCH, Case
+from einsum_cases import NUMPY_BROADCAST, TORCH, Case
 
 import pytapp
 
