@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from typing import Any
 
@@ -79,7 +80,8 @@ def as_dask(x: Any, chunk_bytes: int = DEFAULT_CHUNK_BYTES, role: str = "operand
         datatype_of(x.dtype, role)
         return x
     if isinstance(x, np.memmap) and x.filename is not None and (
-            x.flags.c_contiguous or x.flags.f_contiguous) and x.base is not None:
+            x.flags.c_contiguous or x.flags.f_contiguous) and isinstance(x.base, mmap.mmap):
+        # the whole mapping (a slice of a memmap keeps its parent's offset: read it as data)
         source: Any = MemmapSource.of(x)
     else:
         source = x if hasattr(x, "shape") and hasattr(x, "dtype") else np.asarray(x)

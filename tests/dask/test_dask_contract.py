@@ -163,3 +163,16 @@ def test_out_of_core_product(client: Any, tmp_path: Path) -> None:
     cluster.close()
     want = np.asarray(a_disk) @ b
     np.testing.assert_allclose(d, want, rtol=1e-10, atol=1e-10)
+
+
+def test_memmaps_whole_and_sliced(tmp_path: Path) -> None:
+    """A whole .npy memmap is read by the workers from its file; a slice of one is data."""
+    a = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", shape=(10, 4))
+    a[...] = np.arange(40.0).reshape(10, 4)
+    a.flush()
+    m = np.load(tmp_path / "a.npy", mmap_mode="r")
+    np.testing.assert_array_equal(tapp_dask.as_dask(m).compute(),
+                                  np.arange(40.0).reshape(10, 4))
+    np.testing.assert_array_equal(tapp_dask.as_dask(m[3:5]).compute(), m[3:5])
+    got = tapp_dask.contract("ik,k->i", m[3:7], np.ones(4)).compute()
+    np.testing.assert_array_equal(got, np.asarray(m[3:7]).sum(axis=1))
