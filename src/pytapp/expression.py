@@ -44,6 +44,12 @@ NETWORK_CANDIDATES = ("blas", "torch", "tblis")
 #: An ``auto`` network that runs longer than this is not timed on every backend.
 NETWORK_TUNE_SECONDS = 0.25
 
+#: An ``auto`` network faster than this on blas stays on blas without timing the others.
+NETWORK_TUNE_MIN_SECONDS = 1e-3
+
+#: Pause before timing the next backend, so that the previous one's threads stop spinning.
+NETWORK_TUNE_SETTLE = 0.15
+
 _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
 _cache_lock = threading.Lock()
 
@@ -263,26 +269,35 @@ class EinsumExpression:
         return shared_handle(choice)
 
     def _tune(self, views: list[np.ndarray], dt: Datatype) -> str:
-        """Time the whole network on each backend (a warm-up run, then the median of three).
+        """Time the whole network on each backend; keep the fastest.
 
         Libraries are not mixed inside a network: their idle worker threads keep spinning
-        after each call and slow the next library's threads down, which a product timed
-        alone never shows. Networks that run longer than :data:`NETWORK_TUNE_SECONDS` are
-        not timed on every backend: each step's ``auto`` plan decides.
+        after each call and slow the next library's threads down (measured: torch 2-4x
+        slower for a few calls after OpenBLAS or TBLIS), which a product timed alone never
+        shows. For the same reason each candidate is timed after a pause and a warm-up
+        run, as the median of several runs. Networks faster than
+        :data:`NETWORK_TUNE_MIN_SECONDS` on blas stay there (the timing would cost more than
+        any choice saves); networks slower than :data:`NETWORK_TUNE_SECONDS` are not timed on
+        every backend: each step's ``auto`` plan decides.
         """
         times: dict[str, float] = {}
         for name in NETWORK_CANDIDATES:
             try:
                 handle = shared_handle(name)
+                if times:
+                    time.sleep(NETWORK_TUNE_SETTLE)
                 self.network.run(views, dt, handle)  # plans, buffers, compiled kernels
-                runs = []
-                for _ in range(3):
+                runs: list[float] = []
+                while len(runs) < (5 if sum(runs) < NETWORK_TUNE_SECONDS / 10 else 3):
                     start = time.perf_counter()
                     self.network.run(views, dt, handle)
                     runs.append(time.perf_counter() - start)
                     if runs[-1] > NETWORK_TUNE_SECONDS:
                         return "auto"
-                times[name] = sorted(runs)[1]  # the median: some libraries' times are bimodal
+                    if name == "blas" and runs[-1] < NETWORK_TUNE_MIN_SECONDS:
+                        return "blas"
+                # the median: some libraries' times are bimodal
+                times[name] = sorted(runs)[len(runs) // 2]
             except TappError:  # this backend cannot run some step: not a candidate
                 continue
         return min(times, key=lambda n: times[n]) if times else "auto"

@@ -130,6 +130,8 @@ def _contenders(case: NetworkCase, arrays: list[np.ndarray], path: list[tuple[in
     found: dict[str, Callable[[], Any] | str] = {}
     expr = pytapp.einsum_expression(case.equation, *arrays, optimize=path, backend=backend)
     found["pytapp"] = lambda: expr(*arrays)
+    found["pytapp backend"] = lambda: ", ".join(sorted(set(expr.choices.values()))) or \
+        expr.backend
     try:
         import opt_einsum
 
@@ -175,7 +177,9 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
         wide = [a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in arrays]
         want = np.asarray(np.einsum(case.equation, *wide, optimize=["einsum_path", *path]))
         result = NetworkResult(case, path)
-        for name, fn in _contenders(case, arrays, path, backend).items():
+        contenders = _contenders(case, arrays, path, backend)
+        ran_on = contenders.pop("pytapp backend")
+        for name, fn in contenders.items():
             if isinstance(fn, str):
                 result.notes[name] = fn
                 continue
@@ -184,6 +188,8 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
             time.sleep(0.2)  # let the previous contender's idle threads stop spinning
             result.errors[name] = _relative_error(fn(), want)
             result.times[name] = float(np.median(time_call(fn, repeats=repeats, max_seconds=30)))
+        if callable(ran_on):
+            result.notes["pytapp"] = f"ran on {ran_on()}"
         results.append(result)
     return results
 
@@ -254,5 +260,5 @@ def networks_markdown(results: Sequence[NetworkResult], plot: str | None = None)
     for r in results:
         lines += [f"- **{r.case.name}** ({r.case.domain}, {r.case.dtype}): "
                   f"`{r.case.equation}` shapes {[list(s) for s in r.case.shapes]}, "
-                  f"path {r.path}"]
+                  f"path {r.path}; pytapp {r.notes.get('pytapp', '')}"]
     return "\n".join(lines) + "\n"
