@@ -12,7 +12,7 @@ Examples
 >>> from pytapp.analysis.subscripts import parse_subscripts
 >>> net = Network(parse_subscripts("ij,jk,kl->il", (2, 2, 2)), [(2, 3), (3, 4), (4, 5)])
 >>> [str(step) for step in net.steps]
-['ij,jk->ik', 'ik,kl->il']
+['ij,jk->ki', 'kl,ki->il']
 """
 
 from __future__ import annotations
