@@ -18,7 +18,6 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -103,14 +102,15 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
     >>> einsum(np.ones((2, 2)), [0, 1], [1, 0]).shape
     (2, 2)
     """
+    thin_key: tuple[Any, ...] | None = None
     if out is None and type(subscripts) is str and all(type(x) is np.ndarray
                                                         for x in operands):
-        key = (subscripts, optimize, memory_limit, backend, dtype,
-               *(x.shape for x in operands))
+        thin_key = (subscripts, optimize, memory_limit, backend, dtype,
+                    *(x.shape for x in operands))
         try:
-            cached = _thin.get(key)
-        except TypeError:  # an unhashable optimizer: the general path
-            cached = None
+            cached = _thin.get(thin_key)
+        except TypeError:  # an unhashable optimizer: the general path, never remembered
+            cached = thin_key = None
         if cached is not None:
             found = cached._fast_numpy(operands)
             if found is not None:
@@ -136,11 +136,9 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
     arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, dtype)
     result = expr(*ops, out=out)
-    if out is None and type(subscripts) is str and all(type(x) is np.ndarray
-                                                        for x in operands):
-        with _thin_lock, contextlib.suppress(TypeError):  # unhashable: not remembered
-            _thin[(subscripts, optimize, memory_limit, backend, dtype,
-                   *(x.shape for x in operands))] = expr
+    if thin_key is not None:
+        with _thin_lock:
+            _thin[thin_key] = expr
             while len(_thin) > THIN_CACHE_SIZE:
                 _thin.pop(next(iter(_thin)))
     return result

@@ -124,14 +124,8 @@ class NetworkResult:
 
 
 def _contenders(case: NetworkCase, arrays: list[np.ndarray], path: list[tuple[int, ...]],
-                backend: str | None) -> dict[str, Callable[[], Any] | str]:
-    import pytapp
-
-    found: dict[str, Callable[[], Any] | str] = {}
-    expr = pytapp.einsum_expression(case.equation, *arrays, optimize=path, backend=backend)
-    found["pytapp"] = lambda: expr(*arrays)
-    found["pytapp backend"] = lambda: ", ".join(sorted(set(expr.choices.values()))) or \
-        expr.backend
+                expr: Any) -> dict[str, Callable[[], Any] | str]:
+    found: dict[str, Callable[[], Any] | str] = {"pytapp": lambda: expr(*arrays)}
     try:
         import opt_einsum
 
@@ -169,6 +163,8 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
     """Time every contender on every network (see the module docstring)."""
     import opt_einsum
 
+    import pytapp
+
     results = []
     for case in cases if cases is not None else network_cases(scale):
         arrays = case.arrays()
@@ -177,9 +173,9 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
         wide = [a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in arrays]
         want = np.asarray(np.einsum(case.equation, *wide, optimize=["einsum_path", *path]))
         result = NetworkResult(case, path)
-        contenders = _contenders(case, arrays, path, backend)
-        ran_on = contenders.pop("pytapp backend")
-        for name, fn in contenders.items():
+        expr = pytapp.einsum_expression(case.equation, *arrays, optimize=path,
+                                        backend=backend)
+        for name, fn in _contenders(case, arrays, path, expr).items():
             if isinstance(fn, str):
                 result.notes[name] = fn
                 continue
@@ -188,8 +184,8 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
             time.sleep(0.2)  # let the previous contender's idle threads stop spinning
             result.errors[name] = _relative_error(fn(), want)
             result.times[name] = float(np.median(time_call(fn, repeats=repeats, max_seconds=30)))
-        if callable(ran_on):
-            result.notes["pytapp"] = f"ran on {ran_on()}"
+        ran_on = ", ".join(sorted(set(expr.choices.values()))) or expr.backend
+        result.notes["pytapp"] = f"ran on {ran_on}"
         results.append(result)
     return results
 
