@@ -283,9 +283,27 @@ def _cmd_bench_dask(args: argparse.Namespace) -> int:
     return _write_reports(args, results, data, dask_suite.dask_plot, dask_suite.dask_markdown)
 
 
+def _cmd_bench_targets(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from pytapp.bench import targets
+
+    callback, bar = _progress_printer()
+    with bar:
+        steps = iter(range(4))
+        rows = targets.run_targets(repeats=args.repeats,
+                                   progress=lambda what: callback(what, next(steps), 4))
+    print(targets.targets_table(rows))
+    data = {"suite": "targets", "rows": [asdict(r) | {"ratio": r.ratio, "met": r.met}
+                                         for r in rows]}
+    return _write_reports(args, rows, data, targets.targets_plot, targets.targets_markdown)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pytapp.bench import report
 
+    if args.suite == "targets":
+        return _cmd_bench_targets(args)
     if args.suite == "networks":
         return _cmd_bench_networks(args)
     if args.suite == "dask":
@@ -419,8 +437,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time backends against numpy, opt_einsum, tblis, torch")
     p.add_argument("--suite", default="quick",
                    help="quick (default), full, random, small, networks (whole einsum "
-                        "networks against opt_einsum, cotengra and torch.einsum), or dask "
-                        "(pytapp.dask against dask.array.einsum on a LocalCluster)")
+                        "networks against opt_einsum, cotengra and torch.einsum), dask "
+                        "(pytapp.dask against dask.array.einsum on a LocalCluster), or "
+                        "targets (per-call overhead, GEMM-shaped products against the flat "
+                        "matmul, permutations, cold start)")
     p.add_argument("--backend", nargs="+", default=["auto", "blas"],
                    help="pytapp backends to time (default: auto blas)")
     p.add_argument("--library", help="also time a C library exporting the TAPP C API")

@@ -201,12 +201,13 @@ def contract(
     """
     # The thin path: a call that repeats an earlier one on NumPy arrays of the same dtypes,
     # shapes and strides reuses everything but the binding (which checks bounds every time).
-    arrays = (a, b, c, out)
     fast_key = None
-    if all(type(x) is np.ndarray or x is None for x in arrays):
+    if type(a) is np.ndarray and type(b) is np.ndarray and (
+            c is None or type(c) is np.ndarray) and (out is None or type(out) is np.ndarray):
         fast_key = (expr, backend, op_a, op_b, op_c, op_d, prec, allow_broadcast,
-                    beta is None, *(None if x is None else (x.dtype, x.shape, x.strides)
-                                     for x in arrays))
+                    beta is None, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides,
+                    None if c is None else (c.dtype, c.shape, c.strides),
+                    None if out is None else (out.dtype, out.shape, out.strides))
         try:
             hit = _fast.get(fast_key)
         except TypeError:  # an unhashable argument: the general path reports it

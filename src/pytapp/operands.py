@@ -288,6 +288,26 @@ class Binder:
         self.spec = spec
         self._fast = {op.role: self._signature(op) for op in spec.operands}
         self._empty_sum = spec.empty_sum
+        self._d_type = spec.d.datatype
+        #: (type, value) of recent alphas and betas -> the value in D's datatype.
+        self._scalars: dict[tuple[type, Any], Any] = {}
+
+    def scalar(self, value: Any, name: str) -> Any:
+        """``value`` converted to D's datatype (:func:`convert_scalar`), remembered."""
+        key = (type(value), value)
+        try:
+            return self._scalars[key]
+        except KeyError:
+            remember = True
+        except TypeError:  # unhashable (a 0-d array, say): converted every time
+            remember = False
+        out = convert_scalar(value, self._d_type, name)
+        # Not remembered: NaN (never equal to itself) and zeros (0.0 and -0.0 are one key).
+        if remember and out == out and out != 0:
+            if len(self._scalars) >= 16:
+                self._scalars.clear()
+            self._scalars[key] = out
+        return out
 
     @staticmethod
     def _signature(op: OperandSpec) -> tuple[Any, tuple[int, ...], tuple[int, ...]] | None:
@@ -328,8 +348,8 @@ class Binder:
         va, vb = self.view(a, spec.a), self.view(b, spec.b)
         vc = None if c is None else self.view(c, spec.c)
         vd = self.view(d, spec.d, writable=True)
-        al = convert_scalar(alpha, spec.d.datatype, "alpha")
-        be = convert_scalar(beta, spec.d.datatype, "beta")
+        al = self.scalar(alpha, "alpha")
+        be = self.scalar(beta, "beta")
         if self._empty_sum:  # the alpha term is an empty sum, +0 whatever alpha is
             al = spec.d.datatype.numpy_dtype.type(0)
         if be == 0:

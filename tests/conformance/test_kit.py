@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from pytapp import backends
+from pytapp import backends, kernels
+from pytapp.backends import blas
 from pytapp.backends.reference import ReferenceBackend, ReferencePlan
 from pytapp.conformance import CASES, run, run_case
 from pytapp.executor import Executor
@@ -15,16 +18,31 @@ from pytapp.status import Status
 SEEDS = 6
 
 
-@pytest.mark.parametrize("number", sorted(CASES))
-def test_case(any_backend: str, number: int) -> None:
-    outcomes = run_case(number, any_backend, range(SEEDS))
+def _assert_no_failures(outcomes: list[Any]) -> None:
     failures = [f"seed {o.seed}: {o.message} | {o.description}" for o in outcomes
                 if o.verdict == "fail"]
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("number", sorted(CASES))
+def test_case(any_backend: str, number: int) -> None:
+    outcomes = run_case(number, any_backend, range(SEEDS))
+    _assert_no_failures(outcomes)
     # Nothing may be silently skipped: unsupported products must say why.
     for o in outcomes:
         if o.verdict == "unsupported":
             assert o.message
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+@pytest.mark.parametrize("number", sorted(CASES))
+def test_case_on_compiled_kernels(number: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """blas with its compiled kernels and routes on every size (small operands normally take
+    NumPy's einsum and ufuncs)."""
+    monkeypatch.setattr(kernels, "SMALL_WORK", 0)
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
+    outcomes = run_case(number, "blas", range(SEEDS))
+    _assert_no_failures(outcomes)
 
 
 class _OffByOnePlan(ReferencePlan):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import pytapp
+from pytapp import kernels
 from pytapp.backends import blas, threads
 
 
@@ -27,6 +28,8 @@ def tiny_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "MIN_BYTES", 0)
     monkeypatch.setattr(blas, "SPLIT_MIN_FLOPS", 0)
     monkeypatch.setattr(blas, "SPLIT_MIN_TOTAL", 0)
+    monkeypatch.setattr(kernels, "SMALL_WORK", 0)
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ canary-filled parent that must stay untouched outside the view.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -56,7 +58,19 @@ def problems(draw: st.DrawFn) -> dict[str, Any]:
             "flip": draw(st.booleans()), "has_y": draw(st.booleans()),
             "has_c": draw(st.booleans()), "broadcast": draw(st.booleans()),
             "conj": draw(st.tuples(*[st.booleans()] * 4)), "alpha": draw(st.sampled_from(
-                [1.0, -0.5, 2.0])), "beta": draw(st.sampled_from([0.0, 1.0, 0.75]))}
+                [1.0, -0.5, 2.0])), "beta": draw(st.sampled_from([0.0, 1.0, 0.75])),
+            "compiled": draw(st.booleans())}
+
+
+@contextmanager
+def _path(compiled: bool) -> Iterator[None]:
+    """The compiled kernel (``compiled``) or the NumPy path that small operands take."""
+    saved = kernels.SMALL_WORK
+    kernels.SMALL_WORK = 0 if compiled else 1 << 62
+    try:
+        yield
+    finally:
+        kernels.SMALL_WORK = saved
 
 
 def _op(x: np.ndarray, flag: bool) -> np.ndarray:
@@ -84,8 +98,9 @@ def test_fused_elementwise(p: dict[str, Any]) -> None:
     c = _layout(rng, cv, p["pad"], p["flip"]) if p["has_c"] else None
     out = _layout(rng, np.zeros(shape, dtype), False, p["flip"])
     cx, cy, cc, co = p["conj"] if np.dtype(dtype).kind == "c" else (False,) * 4
-    kernels.fused(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
-                  conj_c=cc, conj_out=co)
+    with _path(p["compiled"]):
+        kernels.fused(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
+                      conj_c=cc, conj_out=co)
     want = p["alpha"] * _op(xv.astype(np.complex128), cx)
     if y is not None:
         want = want * _op(yv.astype(np.complex128), cy)
@@ -113,8 +128,9 @@ def test_fused_reduce(p: dict[str, Any]) -> None:
     c = _layout(rng, cv, p["pad"], p["flip"]) if p["has_c"] else None
     out = _layout(rng, np.zeros(shape, dtype), False, p["flip"])
     cx, cy, cc, co = p["conj"] if np.dtype(dtype).kind == "c" else (False,) * 4
-    kernels.reduce(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
-                   conj_c=cc, conj_out=co)
+    with _path(p["compiled"]):
+        kernels.reduce(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
+                       conj_c=cc, conj_out=co)
     prod = _op(xv.astype(np.complex128), cx)
     if y is not None:
         prod = prod * _op(yv.astype(np.complex128), cy)
@@ -127,12 +143,32 @@ def test_fused_reduce(p: dict[str, Any]) -> None:
                                rtol=_tol(dtype) * n, atol=_tol(dtype) * n)
 
 
-def test_outputs_touch_only_their_elements() -> None:
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_in_place_epilogue(compiled: bool, dtype: Any) -> None:
+    """``out = op(alpha out + beta op(c))`` with ``x is out``: what a GEMM's epilogue does."""
+    rng = np.random.default_rng(3)
+    parent = _values(rng, (5, 8), dtype)
+    out = parent[::-1, ::2]  # reversed and padded
+    before = out.astype(np.complex128)
+    c = _values(rng, (4, 5), dtype).T
+    conj = np.dtype(dtype).kind == "c"
+    with _path(compiled):
+        kernels.fused(out, out, None, c, alpha=-0.5, beta=2.0, conj_c=conj, conj_out=conj)
+    want = _op(-0.5 * before + 2.0 * _op(c.astype(np.complex128), conj), conj)
+    np.testing.assert_allclose(out.astype(np.complex128), want, rtol=_tol(dtype),
+                               atol=_tol(dtype))
+    assert np.all(parent[:, 1::2] == _values(np.random.default_rng(3), (5, 8), dtype)[:, 1::2])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_outputs_touch_only_their_elements(compiled: bool) -> None:
     rng = np.random.default_rng(1)
     parent = np.full((6, 8), 5.0)
     out = parent[1:5:2, 1:7:2].T  # padded, transposed: 6 of 48 elements
     x = rng.random((3, 2))
-    kernels.fused(out, x, alpha=3.0)
+    with _path(compiled):
+        kernels.fused(out, x, alpha=3.0)
     np.testing.assert_allclose(out, 3 * x)
     mask = np.ones_like(parent, dtype=bool)
     mask[1:5:2, 1:7:2] = False
@@ -150,3 +186,20 @@ def test_products_without_numba_take_numpy_paths(monkeypatch: pytest.MonkeyPatch
         got = pytapp.contract(expr, a, b, backend="blas")
         np.testing.assert_allclose(got, np.einsum(expr, a, b), rtol=1e-12)
     pytapp.clear_plan_cache()
+
+
+@pytest.mark.parametrize("n", [64, 48, 40, 7])
+@pytest.mark.parametrize("has_y", [True, False])
+def test_long_inner_dimension_is_split_into_blocks(n: int, has_y: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contiguous operands merge into one dimension, cut into blocks for the threads."""
+    monkeypatch.setattr(kernels, "INNER_BLOCK", 8)
+    monkeypatch.setattr(kernels, "SMALL_WORK", 0)
+    monkeypatch.setattr(kernels, "SERIAL_BELOW", 0)
+    rng = np.random.default_rng(n)
+    x, y, c = (_values(rng, (n,), np.complex128) for _ in range(3))
+    out = x.copy()
+    kernels.fused(out, out, y if has_y else None, c, alpha=0.5, beta=-2.0,
+                  conj_y=has_y, threads=2)
+    want = 0.5 * x * (np.conj(y) if has_y else 1) - 2.0 * c
+    np.testing.assert_allclose(out, want, rtol=1e-13)

@@ -6,10 +6,10 @@ products that blas runs as one compiled kernel pass or as GEMMs on strided views
 blas, F16/BF16 inputs go to torch when its native low-precision GEMM is the faster here,
 small-k TTGT with large copies to tblis, the rest to the smallest prediction. A product
 predicted above :data:`TUNE_ABOVE_SECONDS` is then timed once on every capable backend at its
-first execution and the winner is kept (``PYTAPP_AUTOTUNE=0`` never times, ``=1`` or
-``Executor(autotune=True)`` always does); winners are remembered per product structure in a
-bounded cache (persisted as JSON when ``PYTAPP_AUTOTUNE_CACHE`` names a file).
-``plan.explain()`` shows the candidates with predicted and measured times.
+second execution and the winner is kept (``PYTAPP_AUTOTUNE``, read when a plan is created:
+``=0`` never times, ``=1`` or ``Executor(autotune=True)`` always does); winners are remembered
+per product structure in a bounded cache (persisted as JSON when ``PYTAPP_AUTOTUNE_CACHE``
+names a file). ``plan.explain()`` shows the candidates with predicted and measured times.
 """
 
 from __future__ import annotations
@@ -94,8 +94,13 @@ TBLIS_MAX_K = 64
 #: ... when TTGT would copy this many bytes, or cannot write D directly.
 TBLIS_MIN_COPY = 16 << 20
 #: Products predicted to take longer than this are timed on every capable backend at their
-#: first execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides.
+#: second execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides. A
+#: product executed once is never timed: its first result comes without that delay.
 TUNE_ABOVE_SECONDS = 2e-3
+#: Per-call costs (:func:`call_overheads`) enter predictions only below this many seconds:
+#: above, tens of microseconds cannot change the ranking, and measuring them plans on every
+#: backend (importing torch costs a new process about two seconds).
+OVERHEADS_MATTER_BELOW = 1e-3
 #: How much faster torch must be predicted than blas to be chosen without measuring.
 TORCH_MARGIN = 1.25
 #: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
@@ -192,8 +197,9 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
         elif name == "tblis":
             out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
                          if p.get("kind") == "gemm" else 2 * touched / machine.bandwidth)
-    for name, seconds in call_overheads(list(out)).items():
-        out[name] += seconds
+    if out and min(out.values()) < OVERHEADS_MATTER_BELOW:
+        for name, seconds in call_overheads(list(out)).items():
+            out[name] += seconds
     return out
 
 
@@ -250,9 +256,12 @@ class AutoPlan:
         self.plans: dict[str, BackendPlan] = {choice: candidates[choice].plan(spec, executor)}
         self.key = _key(spec)
         self.tuned = False
+        self.runs = 0  # executions so far (the default tuning waits for the second)
         self.predicted = dict(predicted or {})
         self.measured: dict[str, float] = {}
         self._prefix = f"auto -> {choice}: "
+        self._last = ("", "")  # (a backend's algorithm, the prefixed text) of the last run
+        self._policy = _tune_policy()  # read once per plan: reading the environment costs 1 us
 
     def explain(self) -> str:
         """Candidates with predicted (and, once tuned, measured) seconds, and the choice."""
@@ -306,18 +315,20 @@ class AutoPlan:
         if times:
             self.choice = min(times, key=lambda n: times[n])
             self._prefix = f"auto -> {self.choice}: "
+            self._last = ("", "")
             _remember(self.key, self.choice)
         self.tuned = True
 
     def _should_tune(self, executor: Executor | None) -> bool:
-        """Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) a product whose
-        chosen backend is predicted to take long enough that timing the others once pays."""
-        policy = _tune_policy()
+        """Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) a product executed
+        before whose chosen backend is predicted to take long enough that timing the others
+        once pays."""
+        policy = self._policy
         if policy in ("0", "off", "never") or len(self.candidates) < 2:
             return False
         if (executor is not None and executor.autotune) or policy in ("1", "on", "always"):
             return True
-        return self.predicted.get(self.choice, 0.0) >= TUNE_ABOVE_SECONDS
+        return self.runs > 0 and self.predicted.get(self.choice, 0.0) >= TUNE_ABOVE_SECONDS
 
     def release(self) -> None:
         """Release every candidate's plan."""
@@ -332,7 +343,10 @@ class AutoPlan:
             if not writes_input:  # every candidate must see the same C
                 self._tune(bound, executor)
         status = self.plans[self.choice].run(bound, executor)
-        status.algorithm = self._prefix + status.algorithm
+        self.runs += 1
+        if status.algorithm is not self._last[0]:  # the same string object: reuse the sum
+            self._last = (status.algorithm, self._prefix + status.algorithm)
+        status.algorithm = self._last[1]
         return status
 
 

@@ -30,6 +30,7 @@ from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
 from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
 from pytapp.backends.base import Capabilities, Stateless
+from pytapp.backends.labels import einsum_words
 from pytapp.backends.reference import ReferencePlan
 from pytapp.backends.threads import (
     parallel_copyto,
@@ -38,6 +39,7 @@ from pytapp.backends.threads import (
     parallel_multiply,
 )
 from pytapp.datatypes import Datatype
+from pytapp.errors import TappError
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct, same_layout
 from pytapp.status import Status
@@ -58,6 +60,10 @@ SPLIT_MAX_FLOPS = 1 << 26
 SPLIT_MIN_TOTAL = 1 << 25
 #: Fewest output elements for which a GEMV-like product runs as one fused kernel.
 KERNEL_MIN_ROWS = 64
+#: Products whose operands all hold at most this many elements, and that are not GEMMs on
+#: operands used as they lie, run as one ``numpy.einsum`` call and NumPy's in-place epilogue:
+#: at this size a call's fixed costs (layout analysis, views, kernel dispatch) are the time.
+SMALL_ELEMENTS = 1 << 12
 
 #: Real storage types that a rounding type represents exactly (no rounding pass needed).
 _EXACT_IN = {
@@ -101,8 +107,8 @@ class BlasPlan(Stateless):
         rule, cls = spec.rule, spec.classes
         self._fallback: ReferencePlan | None = None
         self.reduce_ok = False
-        #: (strides of A, B, D; shapes of the GEMM views) once a run was a GEMM on views.
-        self._recipe: tuple[Any, Any] | None = None
+        #: (strides of A, B, D; shapes of the GEMM views; bytes packed) once a run was one GEMM.
+        self._recipe: tuple[Any, Any, int] | None = None
         if rule.real is Datatype.F16:
             self._fallback = ReferencePlan(spec)
             self.algorithm = "reference loop (F16 accumulation rounds every partial sum)"
@@ -127,7 +133,12 @@ class BlasPlan(Stateless):
             d.datatype.numpy_dtype == self.compute and not cls.IC
         )
         # beta op_C(C) can be added to a D the GEMM wrote, in one kernel pass.
-        self.c_in_place = (kernels.supports(np.empty(0, self.compute))
+        self._kernel_epilogue = kernels.supports(np.empty(0, self.compute))
+        self._conj_a = spec.a.conjugate and spec.a.datatype.is_complex
+        self._conj_b = spec.b.conjugate and spec.b.datatype.is_complex
+        self._conj_c = spec.c.conjugate and spec.c.datatype.is_complex
+        self._conj_d = spec.d.conjugate and spec.d.datatype.is_complex
+        self.c_in_place = (self._kernel_epilogue
                            and spec.c.datatype.numpy_dtype == self.compute
                            and self._round_free(spec.c.datatype))
         # Operands used as they are (only permuted): the common case, decided once.
@@ -164,7 +175,12 @@ class BlasPlan(Stateless):
         self.workspace_bytes = self._workspace(first, second)
         self.view_gemm: ViewGemm | None = None
         self.route = self._kernel_route()
-        if self.route is not None:
+        self.small = self._small_equation()
+        if self.small is not None:
+            self.algorithm = "numpy.einsum on the operands where they lie, then the epilogue " \
+                             "(a small product)"
+            self.workspace_bytes = spec.d.size * self.compute.itemsize
+        elif self.route is not None:
             self.algorithm = self.route_description()
             self.workspace_bytes = 0
             self.profile["route"] = self.route
@@ -173,6 +189,34 @@ class BlasPlan(Stateless):
                 self.profile["view"] = (g.m, g.n, g.k, g.calls)
 
     # ----------------------------------------------------------------- kernel routes
+    def _small_equation(self) -> str | None:
+        """The einsum equation of a small product (:data:`SMALL_ELEMENTS`) in one datatype,
+        without input rounding or broadcast labels; ``None`` for every other product and for
+        GEMMs on operands used as they lie (their first run learns a faster recipe)."""
+        spec = self.spec
+        if (max(op.size for op in spec.operands) > SMALL_ELEMENTS or spec.classes.IC
+                or (self.kind == "gemm" and not self.profile["copy_bytes"]
+                    and self.profile["d_direct"])
+                or not all(op.datatype.numpy_dtype == self.compute for op in spec.operands)
+                or not all(self._round_free(op.datatype) for op in spec.operands)):
+            return None
+        try:
+            wa, wb, wd = einsum_words(spec, "blas")
+        except TappError:  # more labels than letters: the general path has no such limit
+            return None
+        return f"{wa},{wb}->{wd}"
+
+    def _run_small(self, bound: BoundProduct) -> None:
+        """D = op_D(alpha op_A(A) op_B(B) + beta op_C(C)) with one einsum into a temporary."""
+        a = np.conjugate(bound.a) if self._conj_a else bound.a
+        b = np.conjugate(bound.b) if self._conj_b else bound.b
+        assert self.small is not None
+        t = np.einsum(self.small, a, b)
+        if not isinstance(t, np.ndarray):  # a 0-d result comes back as a scalar
+            t = np.array(t)
+        kernels.epilogue(bound.d, t, bound.c, bound.alpha, bound.beta, self._conj_c,
+                         self._conj_d)
+
     def _uniform(self) -> bool:
         """Every operand stored in the compute type, no input rounding: one kernel dtype."""
         spec = self.spec
@@ -585,44 +629,62 @@ class BlasPlan(Stateless):
         return self.rounding is None or storage.real in _EXACT_IN[self.rounding]
 
     def _fast_gemm(self, bound: BoundProduct) -> Status | None:
-        """The common case in a few NumPy calls: a GEMM on views of A, B and D (no copy, no
-        C, alpha 1, no conjugation), with the reshapes found by a first full run on these
-        strides (which decide whether each reshape is a view). ``None``: not this case."""
+        """The common case in a few NumPy calls: a GEMM on (permuted) A and B written straight
+        into D, then the in-place epilogue (alpha, beta op_C(C), op_D).
+
+        The reshapes were found by a first full run on these strides: the same strides give a
+        view again where that run had one, and a copy (NumPy's, of an operand below
+        :data:`kernels.SMALL_COPY` elements) where that run packed the operand. ``None``: not
+        this case.
+        """
         recipe = self._recipe
-        if recipe is None or bound.c is not None or bound.alpha != 1:
+        if recipe is None:
             return None
-        a, b, d = bound.a, bound.b, bound.d
+        a, b, d, c = bound.a, bound.b, bound.d, bound.c
         if recipe[0] != (a.strides, b.strides, d.strides) or not (
                 a.flags.aligned and b.flags.aligned and d.flags.aligned):
             return None
+        epilogue = c is not None or bound.alpha != 1 or self._conj_d
+        if (epilogue and not self._kernel_epilogue) or (c is not None and not (
+                self.c_in_place and not np.may_share_memory(c, d))):
+            return None  # no epilogue kernel, or the GEMM would overwrite C before it is read
         a3_shape, b3_shape, out_shape = recipe[1]
-        if not self.a_perm_id:
-            a = a.transpose(self.a_perm)
-        if not self.b_perm_id:
-            b = b.transpose(self.b_perm)
-        if not self.d_perm_id:
-            d = d.transpose(self.d_perm)
-        a3, b3 = a.reshape(a3_shape, copy=False), b.reshape(b3_shape, copy=False)
-        out = d.reshape(out_shape, copy=False)  # a view, as it was for these strides
+        a3 = a if self.a_perm_id else a.transpose(self.a_perm)
+        b3 = b if self.b_perm_id else b.transpose(self.b_perm)
+        out = d if self.d_perm_id else d.transpose(self.d_perm)
+        if a3_shape is not None:
+            a3 = a3.reshape(a3_shape)
+        if b3_shape is not None:
+            b3 = b3.reshape(b3_shape)
+        if out_shape is not None:
+            out = out.reshape(out_shape)
         if self.swap:
-            np.matmul(np.swapaxes(b3, -1, -2), np.swapaxes(a3, -1, -2), out=out)
+            np.matmul(b3.swapaxes(-1, -2), a3.swapaxes(-1, -2), out=out)
         else:
             np.matmul(a3, b3, out=out)
-        return Status(backend="blas", algorithm=self.algorithm, flops=self.spec.flops)
+        if epilogue:
+            kernels.fused(d, d, None, c, alpha=bound.alpha, beta=bound.beta,
+                          conj_c=self._conj_c, conj_out=self._conj_d)
+        return Status(backend="blas", algorithm=self.algorithm, flops=self.spec.flops,
+                      bytes_copied=recipe[2], bytes_allocated=recipe[2])
 
     def _learn_recipe(self, bound: BoundProduct, copied: int, mode: str) -> None:
-        """After a full run: remember when it was one GEMM on views, written into D."""
+        """After a full run: remember when it was one GEMM written into D, on views of A and
+        B or on small copies of them (which a reshape makes as well)."""
         spec = self.spec
-        if (self.kind != "gemm" or copied or mode != "direct" or self.split_batches
-                or bound.c is not None or self.route is not None
-                or not (self.a_plain and self.b_plain)
-                or (spec.d.conjugate and spec.d.datatype.is_complex)
-                or bound.a.dtype != self.compute or bound.b.dtype != self.compute):
+        if (self.kind != "gemm" or mode != "direct" or self.split_batches
+                or self.route is not None or not (self.a_plain and self.b_plain)
+                or bound.a.dtype != self.compute or bound.b.dtype != self.compute
+                or (copied and max(spec.a.size, spec.b.size) >= kernels.SMALL_COPY)):
             return
         h, m, n, k = self.h_shape, self.m, self.n, self.k
-        shape = (*h, n, m) if self.swap else (*h, m, n)
+        shapes = ((*h, m, k), (*h, k, n), (*h, n, m) if self.swap else (*h, m, n))
+        views = (bound.a.transpose(self.a_perm), bound.b.transpose(self.b_perm),
+                 bound.d.transpose(self.d_perm))
+        # None: the (permuted) operand already has the GEMM's shape, no reshape needed.
         self._recipe = ((bound.a.strides, bound.b.strides, bound.d.strides),
-                        ((*h, m, k), (*h, k, n), shape))
+                        tuple(None if v.shape == sh else sh
+                              for v, sh in zip(views, shapes, strict=True)), copied)
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Compute D in place of ``bound.d``."""
@@ -638,6 +700,10 @@ class BlasPlan(Stateless):
         threads = None if executor is None else executor.threads
         if bound.d.size == 0:
             return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)
+        if self.small is not None:
+            self._run_small(bound)
+            return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops,
+                          bytes_allocated=bound.d.nbytes)
         if self.route is not None:
             self._run_route(bound, threads)
             return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)

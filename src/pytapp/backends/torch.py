@@ -28,7 +28,7 @@ from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
-from pytapp.operands import BoundProduct
+from pytapp.operands import BoundProduct, same_layout
 from pytapp.precision import Prectype
 from pytapp.status import Status
 
@@ -171,6 +171,8 @@ class TorchPlan(Stateless):
             left, right, shape = b.transpose(-1, -2), a.transpose(-1, -2), (*h, n, m)
         else:
             left, right, shape = a, b, (*h, m, n)
+        if bound.c is not None and self._gemm_with_c(left, right, shape, bound):
+            return None, ()
         d = self._d_tensor(bound.d) if bound.c is None and not lay.ic else None
         out = None
         if d is not None and d.dtype == left.dtype:
@@ -186,6 +188,45 @@ class TorchPlan(Stateless):
                 torch.conj_physical(out, out=out)
             return None, ()
         return torch.matmul(left, right).reshape(lay.result_shape), lay.d_perm
+
+    def _gemm_with_c(self, left: Any, right: Any, shape: tuple[int, ...],
+                     bound: BoundProduct) -> bool:
+        """D = alpha A B + beta C with beta inside the BLAS call (``addmm``/``baddbmm`` on
+        D's memory, C copied there first unless it is D itself): two passes over D instead
+        of a temporary and three more. False when the layouts or ops do not allow it."""
+        lay, spec = self.layout, self.spec
+        c = bound.c
+        if (c is None or lay.ic or (spec.d.conjugate and spec.d.datatype.is_complex)
+                or (spec.c.conjugate and spec.c.datatype.is_complex)
+                or c.dtype != bound.d.dtype or left.dtype != self.compute):
+            return False
+        d = self._d_tensor(bound.d)
+        if d is None or d.dtype != left.dtype:
+            return False
+        full = d.permute(lay.d_perm)
+        try:
+            out = full.view(shape)
+            batched = out.view(-1, *shape[-2:]) if len(shape) > 3 else out
+        except RuntimeError:  # D's layout does not fuse into the GEMM's matrices
+            return False
+        if out.dim() >= 2 and out.stride(-1) != 1 and out.shape[-1] != 1:
+            return False
+        if same_layout(c, bound.d):
+            pass  # C is D: accumulate in place
+        elif np.may_share_memory(c, bound.d):
+            return False
+        else:
+            full.copy_(self._tensor(c, spec.c, self.compute).permute(lay.d_perm))
+        cplx = batched.is_complex()
+        alpha = complex(bound.alpha) if cplx else float(bound.alpha)
+        beta = complex(bound.beta) if cplx else float(bound.beta)
+        if batched.dim() == 2:
+            batched.addmm_(left, right, beta=beta, alpha=alpha)
+        else:
+            batched.baddbmm_(left.reshape(batched.shape[0], *left.shape[-2:]),
+                             right.reshape(batched.shape[0], *right.shape[-2:]),
+                             beta=beta, alpha=alpha)
+        return True
 
     def _store(self, d: np.ndarray, r: Any) -> None:
         """Copy (and round) ``r`` into D's memory, in place."""

@@ -37,12 +37,16 @@ import numpy as np
 from pytapp.kernels.layout import flat, merge_dims, order_dims
 from pytapp.kernels.pool import cores, run_blocks
 
-__all__ = ["aligned", "available", "copy", "fused", "reduce", "supports"]
+__all__ = ["aligned", "available", "copy", "epilogue", "fused", "reduce", "supports"]
 
 #: Datatypes the kernels compute in (one per call).
 DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
 #: Below this many output elements (times summed elements) a kernel runs on one thread.
 SERIAL_BELOW = 1 << 15
+#: Below this many elements of work, :func:`fused` and :func:`reduce` compute with NumPy's
+#: ufuncs: a compiled call's layout analysis and dispatch cost about 70 us, which pays for the
+#: two extra passes NumPy makes only above ~20k elements (measured: F64, 2 cores).
+SMALL_WORK = 1 << 14
 
 _compiled: Any = None
 _lock = threading.Lock()
@@ -112,12 +116,19 @@ def fused(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
     shape = out.shape
     if out.size == 0:
         return
+    if x is out and y is None and not conj_x and out.size < SMALL_WORK:  # a small epilogue
+        epilogue(out, out, c, alpha, beta, conj_c, conj_out)
+        return
+    if out.size < SMALL_WORK:
+        _fused_small(out, x, y, c, alpha, beta, conj_x, conj_y, conj_c, conj_out)
+        return
     dtype = out.dtype
     ops = [flat(out)] + [_operand(a, shape, dtype) for a in (x, y, c)]
     order = order_dims(shape, ops[0][2])
     ext, st = merge_dims(shape, [o[2] for o in ops], order)
     if not ext:  # a single element
         ext, st = [1], [[0] for _ in ops]
+    ext, st = _split_inner(ext, st)
     tdim = 0
     for s in st[1:]:  # an input not contiguous along the output's fastest dimension: tile
         fastest = min(range(len(ext)), key=lambda d: (abs(s[d]) if s[d] else 1 << 62, d))
@@ -133,6 +144,74 @@ def fused(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
             _mode(y, c, conj_x, conj_y, conj_c, conj_out, dtype.kind == "c"))
     run_blocks(lambda lo, hi: k.fused_elementwise(*args, lo, hi),
                k.elementwise_blocks(shape_arr, tdim), _threads(out.size, threads))
+
+
+#: Elements of the innermost dimension per block when a kernel would otherwise see too few
+#: blocks to share among threads (a power of two: it divides most extents).
+INNER_BLOCK = 1 << 14
+
+
+def _split_inner(ext: list[int], st: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Cut a long innermost dimension into blocks of :data:`INNER_BLOCK` (an extra, outer
+    dimension) when the outer dimensions give fewer blocks than a few per core: contiguous
+    operands merge into one dimension, which would otherwise run on one thread."""
+    n0, outer = ext[0], prod(ext[1:])
+    chunk = INNER_BLOCK
+    while chunk > 1024 and n0 % chunk:
+        chunk //= 2
+    if outer >= 4 * cores() or n0 < 2 * chunk or n0 % chunk:
+        return ext, st
+    return [chunk, n0 // chunk, *ext[1:]], [[s[0], s[0] * chunk, *s[1:]] for s in st]
+
+
+def _op(x: np.ndarray, conj: bool) -> np.ndarray:
+    return np.conjugate(x) if conj and x.dtype.kind == "c" else x
+
+
+def epilogue(out: np.ndarray, t: np.ndarray, c: np.ndarray | None, alpha: Any,
+             beta: Any, conj_c: bool, conj_out: bool, scaled: bool = False) -> None:
+    """``out = op(alpha t + beta op(c))`` with NumPy's ufuncs, for small operands.
+
+    ``t`` (``out``'s shape) is a temporary that is overwritten, or ``out`` itself; ``c`` may
+    share memory with ``out`` only when ``t`` is a temporary. ``scaled``: alpha is already
+    applied to ``t``.
+    """
+    dtype = out.dtype.type
+    if not scaled and alpha != 1:
+        np.multiply(t, dtype(alpha), out=t)
+    if c is not None:
+        np.add(t, np.multiply(np.conjugate(c) if conj_c else c, dtype(beta)), out=t)
+    if conj_out and out.dtype.kind == "c":
+        np.conjugate(t, out=t)
+    if t is not out:
+        np.copyto(out, t)
+
+
+def _fused_small(out: np.ndarray, x: np.ndarray, y: np.ndarray | None, c: np.ndarray | None,
+                 alpha: Any, beta: Any, conj_x: bool, conj_y: bool, conj_c: bool,
+                 conj_out: bool) -> None:
+    """:func:`fused` for a few elements: NumPy ufuncs into a temporary (or ``out`` itself
+    when it is ``x``, the in-place epilogue), so overlapping views stay correct."""
+    dtype = out.dtype.type
+    second = dtype(alpha) if y is None else _op(y, conj_y)
+    t = np.multiply(_op(x, conj_x), second, dtype=out.dtype)
+    if not isinstance(t, np.ndarray) or t.shape != out.shape:  # a 0-d result, or broadcast
+        t = np.array(np.broadcast_to(t, out.shape), dtype=out.dtype)
+    if y is not None and alpha != 1:
+        np.multiply(t, dtype(alpha), out=t)
+    epilogue(out, t, c, alpha, beta, conj_c, conj_out, scaled=True)
+
+
+def _reduce_small(out: np.ndarray, x: np.ndarray, y: np.ndarray | None, c: np.ndarray | None,
+                  alpha: Any, beta: Any, conj_x: bool, conj_y: bool, conj_c: bool,
+                  conj_out: bool) -> None:
+    """:func:`reduce` for a few elements: one NumPy product and sum into a temporary."""
+    t = _op(x, conj_x)
+    if y is not None:
+        t = np.multiply(t, _op(y, conj_y), dtype=out.dtype)
+    s = np.sum(t, axis=tuple(range(out.ndim, x.ndim)), dtype=out.dtype)
+    s = np.array(s, dtype=out.dtype, ndmin=out.ndim)
+    epilogue(out, s, c, alpha, beta, conj_c, conj_out)
 
 
 #: Below this many elements a copy is NumPy's, on the calling thread: its loop starts in a
@@ -204,6 +283,9 @@ def reduce(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
     keep = out.ndim
     full = x.shape
     if out.size == 0:
+        return
+    if x.size < SMALL_WORK:
+        _reduce_small(out, x, y, c, alpha, beta, conj_x, conj_y, conj_c, conj_out)
         return
     dtype = out.dtype
     o_buf, o_off, o_st = flat(out)

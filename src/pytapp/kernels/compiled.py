@@ -77,6 +77,7 @@ def fused_elementwise(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off
     syt = y_st[tdim] if tdim > 0 else 0
     sct = c_st[tdim] if tdim > 0 else 0
     plain = mode == 0
+    axpby = mode == HAS_C  # the epilogue of a product: no conjugation, no second factor
     for block in range(lo, hi):
         j0 = block % b0
         rest = block // b0
@@ -105,6 +106,11 @@ def fused_elementwise(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off
                 continue
             yt = yo + t * syt
             ct = co_ + t * sct
+            if axpby:  # branch-free, so that it vectorises
+                for i in range(i_lo, i_hi):
+                    out[_u(ot + i * so0)] = (alpha * x[_u(xt + i * sx0)]
+                                             + beta * c[_u(ct + i * sc0)])
+                continue
             for i in range(i_lo, i_hi):
                 v = alpha * _conj(x[_u(xt + i * sx0)], cx)
                 if has_y:

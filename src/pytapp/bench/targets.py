@@ -1,0 +1,359 @@
+"""The per-product targets, measured as ratios in one run (``pytapp bench --suite targets``).
+
+* **Per-call overhead** on tiny operands: a reused ``plan.execute`` and a repeated
+  ``pytapp.contract`` against ``numpy.einsum(optimize=False)`` computing the same TAPP operation
+  (into a preallocated D, then NumPy's in-place epilogue), and against the bare einsum call.
+* **GEMM-shaped products**: the default backend on every public case that is one (batched)
+  GEMM on operands as they lie, against the same operation on contiguous operands of the flat
+  shape, the best way NumPy (``matmul`` then in-place epilogue) or torch (``baddbmm`` with
+  alpha and beta) does it; F16/BF16 cases against torch's native ``baddbmm`` in that datatype.
+* **Permutations** of 64 MiB tensors with every mode reversed, in % of a contiguous copy.
+* **Cold start**: a fresh interpreter computing a GEMV-like and a permuted Hadamard product
+  large enough for the compiled kernels, with a cold and then a warm kernel cache.
+
+Examples
+--------
+>>> rows = overhead_rows(repeats=2, number=20, cases=small_cases()[:1])
+>>> rows[0].name, rows[0].errors["pytapp"] < 1e-12
+('small_0 execute', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pytapp.bench.cases import BenchCase, load_public, small_family
+from pytapp.bench.harness import permutation_speeds
+from pytapp.bench.peers import ALPHA, BETA
+
+__all__ = ["TargetRow", "cold_start_rows", "gemm_rows", "overhead_rows", "permutation_rows",
+           "run_targets", "small_cases", "targets_markdown", "targets_plot", "targets_table"]
+
+
+@dataclass
+class TargetRow:
+    """One measured target: pytapp's time against a baseline's, and the goal for the ratio.
+
+    ``ratio`` is pytapp's time over the baseline's (``lower_is_better``: at most ``goal``) or
+    the baseline's over pytapp's (at least ``goal``), as the target is stated.
+    """
+
+    group: str
+    name: str
+    baseline: str
+    pytapp_s: float
+    baseline_s: float
+    goal: float
+    lower_is_better: bool
+    note: str = ""
+    errors: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        """The target's ratio (see the class docstring)."""
+        if self.lower_is_better:
+            return self.pytapp_s / self.baseline_s
+        return self.baseline_s / self.pytapp_s
+
+    @property
+    def met(self) -> bool:
+        """Whether the ratio meets the goal."""
+        return self.ratio <= self.goal if self.lower_is_better else self.ratio >= self.goal
+
+
+def small_cases() -> list[BenchCase]:
+    """The tiny products of the ``small`` suite."""
+    return small_family()
+
+
+def _per_call(fn: Callable[[], Any], number: int, repeats: int) -> float:
+    """Seconds per call: the best of ``repeats`` batches of ``number`` calls."""
+    fn()
+    return min(timeit.repeat(fn, number=number, repeat=repeats)) / number
+
+
+def _oracle(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    wide = np.complex128 if case.datatype.is_complex else np.float64
+    return np.asarray(ALPHA * np.einsum(case.einsum, a.astype(wide), b.astype(wide))
+                      + BETA * c.astype(wide))
+
+
+def _error(got: np.ndarray, want: np.ndarray) -> float:
+    scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-300)
+    return float(np.max(np.abs(got.astype(want.dtype) - want), initial=0.0)) / scale
+
+
+def overhead_rows(repeats: int = 7, number: int = 2000,
+                  cases: Sequence[BenchCase] | None = None) -> list[TargetRow]:
+    """Per-call time of ``plan.execute`` (goal 1.5x) and ``contract`` (goal 3x) against
+    ``numpy.einsum(optimize=False)`` with the same epilogue, per tiny case."""
+    rows: list[TargetRow] = []
+    for case in cases if cases is not None else small_cases():
+        rows += _overhead_case(case, repeats, number)
+    return rows
+
+
+def _overhead_case(case: BenchCase, repeats: int, number: int) -> list[TargetRow]:
+    from pytapp.contract import contract
+    from pytapp.handle import Handle
+    from pytapp.product import TensorProduct
+    from pytapp.tensor import TensorInfo
+
+    a, b, c, d = case.arrays(seed=1)
+    want = _oracle(case, a, b, c)
+    la, lb, ld = case.labels
+    info = TensorInfo.from_array
+    tmp = np.empty_like(d)
+    expr = case.einsum
+    alpha, beta = d.dtype.type(ALPHA), d.dtype.type(BETA)
+
+    def numpy_call() -> None:
+        np.einsum(expr, a, b, optimize=False, out=d)
+        np.multiply(d, alpha, out=d)
+        np.multiply(c, beta, out=tmp)
+        np.add(d, tmp, out=d)
+
+    ref = _per_call(numpy_call, number, repeats)
+    bare = _per_call(lambda: np.einsum(expr, a, b, optimize=False), number, repeats)
+    with Handle() as handle:
+        plan = TensorProduct(handle, info(a), la, info(b), lb, info(c), ld, info(d), ld)
+        plan.execute(ALPHA, a, b, BETA, c, d)
+        err_plan = _error(d, want)
+        execute = _per_call(lambda: plan.execute(ALPHA, a, b, BETA, c, d), number, repeats)
+    got = contract(expr, a, b, c, alpha=ALPHA, beta=BETA, out=d)
+    err_contract = _error(got, want)
+    called = _per_call(lambda: contract(expr, a, b, c, alpha=ALPHA, beta=BETA, out=d),
+                       number, repeats)
+    note = f"bare numpy.einsum {bare * 1e6:.1f} us"
+    baseline = "numpy.einsum + epilogue"
+    return [TargetRow("per-call overhead", f"{case.name} execute", baseline, execute, ref, 1.5,
+                      True, note, {"pytapp": err_plan}),
+            TargetRow("per-call overhead", f"{case.name} contract", baseline, called, ref, 3.0,
+                      True, note, {"pytapp": err_contract})]
+
+
+def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None:
+    """(batch extents, m, n, k) when ``case`` is GEMM-shaped: a (batched) GEMM whose
+    operands and D are matrices as they lie (blas copies nothing), with m, n, k >= 16."""
+    from pytapp import backends
+    from pytapp.analysis.ttgt import gemm_layout
+    from pytapp.handle import Handle
+    from pytapp.product import TensorProduct
+    from pytapp.tensor import TensorInfo
+
+    if case.dtype in ("f16", "bf16"):  # the layout question of the same product in F32
+        case = dataclasses.replace(case, dtype="f32")
+    a, b, _, d = case.arrays(seed=0)
+    la, lb, ld = case.labels
+    info = TensorInfo.from_array
+    with Handle("reference") as handle:
+        spec = TensorProduct(handle, info(a), la, info(b), lb, None, None, info(d), ld).spec
+    profile = getattr(backends.get("blas").plan(spec, None), "profile", {})
+    lay = gemm_layout(spec)
+    if (lay.kind != "gemm" or min(lay.m, lay.n, lay.k) < 16 or profile.get("copy_bytes")
+            or not profile.get("d_direct") or spec.classes.IA or spec.classes.IB):
+        return None
+    return tuple(lay.h_shape), lay.m, lay.n, lay.k
+
+
+def _flat_gemms(case: BenchCase, shape: tuple[tuple[int, ...], int, int, int],
+                repeats: int) -> dict[str, float]:
+    """Seconds of the same TAPP operation on contiguous flat operands, the best way each
+    library allows: NumPy's matmul into D, then its in-place epilogue; torch's addmm/baddbmm
+    with alpha and beta (the BLAS call fuses them). Low precision: torch only, natively."""
+    h, m, n, k = shape
+    dt = case.datatype
+    rng = np.random.default_rng(0)
+    low = dt.short_name in ("f16", "bf16")
+    times: dict[str, float] = {}
+    batch = math.prod(h)
+    x = rng.standard_normal((batch, m, k)).astype(np.float32 if low else dt.numpy_dtype)
+    y = rng.standard_normal((batch, k, n)).astype(x.dtype)
+    c = rng.standard_normal((batch, m, n)).astype(x.dtype)
+    if not low:
+        out, tmp = np.empty_like(c), np.empty_like(c)
+        alpha, beta = x.dtype.type(ALPHA), x.dtype.type(BETA)
+
+        def numpy_call() -> None:
+            np.matmul(x, y, out=out)
+            np.multiply(out, alpha, out=out)
+            np.multiply(c, beta, out=tmp)
+            np.add(out, tmp, out=out)
+
+        times["numpy matmul + epilogue"] = _best(numpy_call, repeats)
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is an extra
+        return times
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}.get(dt.short_name)
+    tx, ty, tc = (torch.from_numpy(v) for v in (x, y, c))
+    if tdt is not None:
+        tx, ty, tc = tx.to(tdt), ty.to(tdt), tc.to(tdt)
+    tout = torch.empty_like(tc)
+    times["torch baddbmm"] = _best(
+        lambda: torch.baddbmm(tc, tx, ty, beta=BETA, alpha=ALPHA, out=tout), repeats)
+    return times
+
+
+def _best(fn: Callable[[], Any], repeats: int) -> float:
+    from pytapp.bench.harness import time_call
+
+    time.sleep(0.3)  # the previous library's spinning threads go idle first
+    return float(np.median(time_call(fn, warmup=1, repeats=repeats, min_seconds=0.2)))
+
+
+def gemm_rows(repeats: int = 5, cases: Sequence[BenchCase] | None = None) -> list[TargetRow]:
+    """The default backend on each GEMM-shaped case against the best flat GEMM doing the same
+    TAPP operation (goal 0.95; F16/BF16 against torch's native ``baddbmm``: 0.9)."""
+    from pytapp.bench.peers import backend_contender
+
+    rows: list[TargetRow] = []
+    for case in cases if cases is not None else load_public():
+        shape = _gemm_shape(case)
+        if shape is None:
+            continue
+        flat = _flat_gemms(case, shape, repeats)
+        if not flat:
+            continue
+        a, b, c, d = case.arrays(seed=0)
+        who = backend_contender("auto", case, a, b, c, d)
+        ours = _best(who.call, repeats)
+        error = _error(np.asarray(who.result(who.call())), _oracle(case, a, b, c))
+        baseline = min(flat, key=lambda name: flat[name])
+        h, m, n, k = shape
+        low = case.dtype in ("f16", "bf16")
+        rows.append(TargetRow(
+            "low precision vs torch's native matmul" if low else "GEMM-shaped vs flat GEMM",
+            case.name, baseline, ours, flat[baseline], 0.9 if low else 0.95, False,
+            f"{case.dtype} batch {h or '-'} m={m} n={n} k={k}; {who.algorithm}",
+            {"pytapp": error}))
+    return rows
+
+
+def permutation_rows(mib: int = 64) -> list[TargetRow]:
+    """Reversing every mode of a ``mib`` MiB tensor, in % of a contiguous copy (goal 50%)."""
+    return [TargetRow("permutation", f"{mib} MiB {dt} reversed", "contiguous copy",
+                      100.0 / pct, 1.0, 0.5, False, f"{pct:.0f}% of the copy's bandwidth")
+            for dt, pct in permutation_speeds(mib).items() if pct > 0]
+
+
+_COLD_SCRIPT = """
+import time
+start = time.perf_counter()
+import numpy as np
+import pytapp
+x = np.ones((256, 256, 64)); v = np.ones(256)
+y = np.ones((64, 256, 256))
+pytapp.contract("ijk,j->ik", x, v)
+pytapp.contract("ijk,kji->ijk", x, y)
+print(time.perf_counter() - start)
+"""
+
+
+def cold_start_rows() -> list[TargetRow]:
+    """Seconds from interpreter start to the first two results, with a cold kernel cache (the
+    compile time, reported) and then a warm one (goal: 1 s)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        seconds = []
+        for _ in range(2):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", _COLD_SCRIPT], env=env, check=True,
+                           capture_output=True)
+            seconds.append(time.perf_counter() - start)
+    cold, warm = seconds
+    return [TargetRow("cold start", "first results, warm kernel cache", "1 s", warm, 1.0, 1.0,
+                      True, f"cold kernel cache (compiling): {cold:.2f} s")]
+
+
+def run_targets(repeats: int = 5, progress: Callable[[str], None] | None = None,
+                ) -> list[TargetRow]:
+    """Every target group, in order."""
+    rows: list[TargetRow] = []
+    steps: list[tuple[str, Callable[[], list[TargetRow]]]] = [
+        ("per-call overhead", lambda: overhead_rows(repeats=max(repeats, 5))),
+        ("GEMM-shaped", lambda: gemm_rows(repeats)),
+        ("permutation", permutation_rows),
+        ("cold start", cold_start_rows),
+    ]
+    for what, step in steps:
+        if progress is not None:
+            progress(what)
+        rows += step()
+    return rows
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def targets_table(rows: Sequence[TargetRow]) -> str:
+    """A plain-text table, one row per target."""
+    head = f"{'target':<44} {'pytapp':>10} {'baseline':>10} {'ratio':>7} {'goal':>7}  met"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        goal = f"{'<=' if r.lower_is_better else '>='}{r.goal:g}"
+        lines.append(f"{r.name[:44]:<44} {_fmt_s(r.pytapp_s):>10} {_fmt_s(r.baseline_s):>10} "
+                     f"{r.ratio:>6.2f}x {goal:>7}  {'yes' if r.met else 'NO'}")
+    met = sum(r.met for r in rows)
+    lines.append(f"{met} of {len(rows)} targets met")
+    return "\n".join(lines)
+
+
+def targets_markdown(rows: Sequence[TargetRow], plot: str | None = None) -> str:
+    """A Markdown report: per group, each target with its baseline, ratio and goal."""
+    lines = ["# Per-product targets", "",
+             "Ratios measured in one run on this machine (`pytapp bench --suite targets`). "
+             "Overhead: pytapp's time over the baseline's (lower is better). GEMM-shaped and "
+             "permutation: the baseline's time over pytapp's (higher is better). GEMM-shaped "
+             "cases compute the whole TAPP operation D = 0.75 A B - 0.5 C; so does the "
+             "baseline, on contiguous operands of the flat (batch, m, n, k) shape. Every pytapp "
+             "result is checked against numpy.einsum in float64/complex128.", ""]
+    if plot:
+        lines += [f"![targets]({plot})", ""]
+    group = None
+    for r in rows:
+        if r.group != group:
+            group = r.group
+            lines += ["", f"## {group}", "", "| target | pytapp | baseline | ratio | goal | met "
+                      "| note |", "|---|---|---|---|---|---|---|"]
+        goal = f"{'<=' if r.lower_is_better else '>='} {r.goal:g}"
+        lines.append(f"| {r.name} | {_fmt_s(r.pytapp_s)} | {r.baseline}: "
+                     f"{_fmt_s(r.baseline_s)} | {r.ratio:.2f}x | {goal} | "
+                     f"{'yes' if r.met else '**no**'} | {r.note} |")
+    met = sum(r.met for r in rows)
+    lines += ["", f"{met} of {len(rows)} targets met.", ""]
+    return "\n".join(lines)
+
+
+def targets_plot(rows: Sequence[TargetRow], path: str) -> None:
+    """Each target's ratio over its goal (above 1: met), one bar per target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    score = [(r.goal / r.ratio if r.lower_is_better else r.ratio / r.goal) for r in rows]
+    fig, ax = plt.subplots(figsize=(9, max(3.0, 0.25 * len(rows))))
+    colors = ["tab:green" if s >= 1 else "tab:red" for s in score]
+    ax.barh(range(len(rows)), [s if math.isfinite(s) else 0.0 for s in score], color=colors)
+    ax.set_yticks(range(len(rows)), [r.name for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("ratio / goal (right of the line: target met)")
+    ax.set_title("pytapp bench --suite targets")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
