@@ -171,7 +171,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             if args.run:
                 rng = np.random.default_rng(0)
                 data = [rng.uniform(-1, 1, i.extents).astype(dt.numpy_dtype) for i in infos]
-                plan.execute(1.0, data[0], data[1], 0.0, None, data[2])
+                plan.execute(1.0, data[0], data[1], 0.0, None, data[2],
+                             handle.create_executor(autotune=True))
             print(plan.explain())
     except (TappError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
