@@ -35,11 +35,14 @@ def test_case(any_backend: str, number: int) -> None:
 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba is not installed")
+@pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("number", sorted(CASES))
-def test_case_on_compiled_kernels(number: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_case_on_compiled_kernels(number: int, stream: bool,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """blas with its compiled kernels and routes on every size (small operands normally take
-    NumPy's einsum and ufuncs)."""
+    NumPy's einsum and ufuncs); reductions streaming x in memory order, or not."""
     monkeypatch.setattr(kernels, "SMALL_WORK", 0)
+    monkeypatch.setattr(kernels, "STREAM_MAX_OUT", (1 << 62) if stream else 0)
     monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
     outcomes = run_case(number, "blas", range(SEEDS))
     _assert_no_failures(outcomes)

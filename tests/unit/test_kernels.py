@@ -59,18 +59,21 @@ def problems(draw: st.DrawFn) -> dict[str, Any]:
             "has_c": draw(st.booleans()), "broadcast": draw(st.booleans()),
             "conj": draw(st.tuples(*[st.booleans()] * 4)), "alpha": draw(st.sampled_from(
                 [1.0, -0.5, 2.0])), "beta": draw(st.sampled_from([0.0, 1.0, 0.75])),
-            "compiled": draw(st.booleans())}
+            "path": draw(st.sampled_from(["numpy", "compiled", "stream"]))}
 
 
 @contextmanager
-def _path(compiled: bool) -> Iterator[None]:
-    """The compiled kernel (``compiled``) or the NumPy path that small operands take."""
-    saved = kernels.SMALL_WORK
+def _path(path: str | bool) -> Iterator[None]:
+    """Which implementation runs: ``numpy`` (what small operands take), ``compiled`` (the
+    kernels' regular loops), or ``stream`` (reductions walking x in its memory order)."""
+    saved = kernels.SMALL_WORK, kernels.STREAM_MAX_OUT
+    compiled = path in ("compiled", "stream", True)
     kernels.SMALL_WORK = 0 if compiled else 1 << 62
+    kernels.STREAM_MAX_OUT = 1 << 62 if path == "stream" else 0
     try:
         yield
     finally:
-        kernels.SMALL_WORK = saved
+        kernels.SMALL_WORK, kernels.STREAM_MAX_OUT = saved
 
 
 def _op(x: np.ndarray, flag: bool) -> np.ndarray:
@@ -98,7 +101,7 @@ def test_fused_elementwise(p: dict[str, Any]) -> None:
     c = _layout(rng, cv, p["pad"], p["flip"]) if p["has_c"] else None
     out = _layout(rng, np.zeros(shape, dtype), False, p["flip"])
     cx, cy, cc, co = p["conj"] if np.dtype(dtype).kind == "c" else (False,) * 4
-    with _path(p["compiled"]):
+    with _path(p["path"]):
         kernels.fused(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
                       conj_c=cc, conj_out=co)
     want = p["alpha"] * _op(xv.astype(np.complex128), cx)
@@ -128,7 +131,7 @@ def test_fused_reduce(p: dict[str, Any]) -> None:
     c = _layout(rng, cv, p["pad"], p["flip"]) if p["has_c"] else None
     out = _layout(rng, np.zeros(shape, dtype), False, p["flip"])
     cx, cy, cc, co = p["conj"] if np.dtype(dtype).kind == "c" else (False,) * 4
-    with _path(p["compiled"]):
+    with _path(p["path"]):
         kernels.reduce(out, x, y, c, alpha=p["alpha"], beta=p["beta"], conj_x=cx, conj_y=cy,
                        conj_c=cc, conj_out=co)
     prod = _op(xv.astype(np.complex128), cx)
@@ -203,3 +206,21 @@ def test_long_inner_dimension_is_split_into_blocks(n: int, has_y: bool,
                   conj_y=has_y, threads=2)
     want = 0.5 * x * (np.conj(y) if has_y else 1) - 2.0 * c
     np.testing.assert_allclose(out, want, rtol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_streaming_reduce_on_two_threads(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short inner runs: x walked in its memory order, each thread with its own accumulator."""
+    monkeypatch.setattr(kernels, "SERIAL_BELOW", 0)
+    rng = np.random.default_rng(8)
+    xv = _values(rng, (6, 5, 300, 3), dtype)
+    x = np.ascontiguousarray(xv.transpose(2, 3, 0, 1)).transpose(2, 3, 0, 1)  # 5 fastest
+    yv = _values(rng, (300, 3), dtype)
+    y = np.broadcast_to(yv, (6, 5, 300, 3))
+    c = _values(rng, (6, 5), dtype)
+    out = np.zeros((6, 5), dtype)
+    conj = np.dtype(dtype).kind == "c"
+    with _path("stream"):
+        kernels.reduce(out, x, y, c, alpha=2.0, beta=-1.0, conj_x=conj, threads=2)
+    want = 2.0 * np.einsum("abij,ij->ab", _op(xv.astype(np.complex128), conj), yv) - c
+    np.testing.assert_allclose(out, want, rtol=_tol(dtype) * 30, atol=_tol(dtype) * 30)

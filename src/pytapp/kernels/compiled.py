@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["elementwise_blocks", "fused_elementwise", "fused_reduce"]
+__all__ = ["elementwise_blocks", "fused_elementwise", "fused_reduce", "stream_accumulate"]
 
 HAS_Y, HAS_C, CONJ_X, CONJ_Y, CONJ_C, CONJ_OUT = 1, 2, 4, 8, 16, 32
 #: Edge of the square tiles a transposing loop walks (elements).
@@ -257,3 +257,52 @@ def fused_reduce(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_s
         if has_c:
             v = v + beta * _conj(c[_u(co_)], cc)
         out[_u(oo)] = _conj(v, co)
+
+
+@njit(cache=True, nogil=True)
+def stream_accumulate(acc, a_st, x, x_off, x_st, y, y_off, y_st, shape, mode, lo, hi):  # type: ignore[no-untyped-def]
+    """acc += op(x) * op(y), walking x in its memory order.
+
+    ``shape`` lists every dimension, dimension 0 fastest in x; ``acc`` is a small dense
+    accumulator (strides ``a_st``, 0 on summed dimensions) that stays in cache while x streams
+    from memory. At least three dimensions (callers pad with extent 1). Dimensions 0 and 1 are
+    the inner loops, the outermost dimension is split into blocks ``[lo, hi)`` (each caller's
+    thread owns its own ``acc``), the ones between are walked by an odometer.
+    """
+    nd = shape.shape[0]
+    has_y = (mode & HAS_Y) != 0
+    cx = (mode & CONJ_X) != 0
+    cy = (mode & CONJ_Y) != 0
+    n0, n1, top = shape[0], shape[1], nd - 1
+    sa0, sx0, sy0 = a_st[0], x_st[0], y_st[0]
+    sa1, sx1, sy1 = a_st[1], x_st[1], y_st[1]
+    n_mid = 1
+    for d in range(2, top):
+        n_mid *= shape[d]
+    idx = np.zeros(nd, dtype=np.int64)
+    for r in range(lo, hi):
+        ab, xb, yb = r * a_st[top], x_off + r * x_st[top], y_off + r * y_st[top]
+        for d in range(2, top):
+            idx[d] = 0
+        for m in range(n_mid):
+            if m > 0:  # the odometer over the middle dimensions
+                for d in range(2, top):
+                    idx[d] += 1
+                    ab += a_st[d]
+                    xb += x_st[d]
+                    yb += y_st[d]
+                    if idx[d] < shape[d]:
+                        break
+                    ab -= shape[d] * a_st[d]
+                    xb -= shape[d] * x_st[d]
+                    yb -= shape[d] * y_st[d]
+                    idx[d] = 0
+            for j in range(n1):
+                a1, x1, y1 = ab + j * sa1, xb + j * sx1, yb + j * sy1
+                if has_y:
+                    for i in range(n0):
+                        acc[_u(a1 + i * sa0)] += (_conj(x[_u(x1 + i * sx0)], cx)
+                                                  * _conj(y[_u(y1 + i * sy0)], cy))
+                else:
+                    for i in range(n0):
+                        acc[_u(a1 + i * sa0)] += _conj(x[_u(x1 + i * sx0)], cx)
