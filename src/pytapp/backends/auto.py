@@ -106,7 +106,9 @@ TORCH_MARGIN = 1.25
 #: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
 CONVERT_SECONDS = 1e-9
 #: Pause before timing each candidate while tuning (idle time for the previous one's threads).
-TUNE_SETTLE_SECONDS = 0.02
+TUNE_SETTLE_SECONDS = 0.05
+#: Round-robin rounds of timed runs while tuning (the best of each candidate's runs counts).
+TUNE_ROUNDS = 3
 _LOW = frozenset({Datatype.F16, Datatype.BF16})
 
 
@@ -290,27 +292,38 @@ class AutoPlan:
         return int(getattr(self.plans[self.choice], "workspace_bytes", 0))
 
     def _tune(self, bound: BoundProduct, executor: Executor | None) -> None:
-        """Time every candidate once on these operands; D ends with the last (valid) result."""
-        times: dict[str, float] = {}
+        """Time every candidate on these operands; D ends with the last (valid) result.
+
+        Each candidate is warmed up (first calls compile and allocate), then timed in
+        :data:`TUNE_ROUNDS` round-robin rounds, each run after a pause: the previous library's
+        worker threads keep spinning for a while and would slow the next one down, and
+        rounds keep that order from favouring one library. The best time of each counts.
+        """
+        plans: dict[str, BackendPlan] = {}
         for name, backend in self.candidates.items():
             if name == "reference" and len(self.candidates) > 1:
                 continue  # never the fastest; its cost can be prohibitive
             try:
                 plan = self.plans.get(name) or backend.plan(self.spec, executor)
                 self.plans[name] = plan
-                # The previous candidate's worker threads keep spinning for a while and would
-                # slow this one down: let them go idle, warm up (first calls compile and
-                # allocate), then keep the better of two runs.
                 time.sleep(TUNE_SETTLE_SECONDS)
                 plan.run(bound, executor)
-                best = float("inf")
-                for _ in range(2):
-                    start = time.perf_counter()
-                    plan.run(bound, executor)
-                    best = min(best, time.perf_counter() - start)
             except Exception:  # a candidate that cannot run these operands is not chosen
                 continue
-            times[name] = best
+            plans[name] = plan
+        times = dict.fromkeys(plans, float("inf"))
+        for _ in range(TUNE_ROUNDS):
+            for name, plan in plans.items():
+                if name not in times:
+                    continue
+                time.sleep(TUNE_SETTLE_SECONDS)
+                start = time.perf_counter()
+                try:
+                    plan.run(bound, executor)
+                except Exception:  # failed on a later run: not chosen either
+                    del times[name]
+                    continue
+                times[name] = min(times[name], time.perf_counter() - start)
         self.measured = dict(times)
         if times:
             self.choice = min(times, key=lambda n: times[n])
