@@ -165,6 +165,17 @@ def test_in_place_epilogue(compiled: bool, dtype: Any) -> None:
 
 
 @pytest.mark.parametrize("compiled", [True, False])
+def test_epilogue_with_c_as_out(compiled: bool) -> None:
+    """``out = alpha out + beta out``: C is D itself (in-place accumulation)."""
+    rng = np.random.default_rng(4)
+    out = rng.random((7, 9))
+    before = out.copy()
+    with _path(compiled):
+        kernels.fused(out, out, None, out, alpha=2.0, beta=0.5)
+    np.testing.assert_allclose(out, 2.5 * before, rtol=1e-15)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
 def test_outputs_touch_only_their_elements(compiled: bool) -> None:
     rng = np.random.default_rng(1)
     parent = np.full((6, 8), 5.0)

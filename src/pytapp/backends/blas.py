@@ -657,7 +657,7 @@ class BlasPlan(Stateless):
         if b3_shape is not None:
             b3 = b3.reshape(b3_shape)
         if out_shape is not None:
-            out = out.reshape(out_shape)
+            out = out.reshape(out_shape, copy=False)  # a view of D, as on the first run
         if self.swap:
             np.matmul(b3.swapaxes(-1, -2), a3.swapaxes(-1, -2), out=out)
         else:

@@ -350,7 +350,8 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
         med = float(np.median(times))
         out.measurements[who.name] = Measurement(
             who.name, who.kind, "ok", med, min(times), len(times), case.flops / med / 1e9,
-            peak_extra_bytes=_peak_extra(who), algorithm=who.algorithm)
+            peak_extra_bytes=_peak_extra(who),
+            algorithm=who.describe() if who.describe is not None else who.algorithm)
     timed_peers = [m for m in out.measurements.values() if m.kind == "peer" and m.timed]
     reference = min(timed_peers or [m for m in out.measurements.values() if m.timed],
                     key=lambda m: m.median_s, default=None)

@@ -45,6 +45,8 @@ class Contender:
     kind: str  # "backend" or "peer"
     algorithm: str = ""
     traced_memory: bool = True  # whether tracemalloc sees this library's allocations
+    #: What ran, asked after the timed calls (auto may change its choice when it tunes).
+    describe: Callable[[], str] | None = None
 
 
 def _numpy_result(x: Any) -> np.ndarray:
@@ -74,7 +76,8 @@ def backend_contender(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray,
         plan.execute(ALPHA, a, b, BETA, c, d, executor)
         return d
 
-    return Contender(name, call, _numpy_result, "backend", algorithm=plan.algorithm)
+    return Contender(name, call, _numpy_result, "backend", algorithm=plan.algorithm,
+                     describe=lambda: plan.algorithm)
 
 
 def _numpy_epilogue(d: np.ndarray, c: np.ndarray) -> Callable[[], None]:

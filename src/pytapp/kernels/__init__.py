@@ -217,14 +217,15 @@ def epilogue(out: np.ndarray, t: np.ndarray, c: np.ndarray | None, alpha: Any,
     """``out = op(alpha t + beta op(c))`` with NumPy's ufuncs, for small operands.
 
     ``t`` (``out``'s shape) is a temporary that is overwritten, or ``out`` itself; ``c`` may
-    share memory with ``out`` only when ``t`` is a temporary. ``scaled``: alpha is already
+    be ``out`` too (it is read before anything is written). ``scaled``: alpha is already
     applied to ``t``.
     """
     dtype = out.dtype.type
+    term = None if c is None else np.multiply(np.conjugate(c) if conj_c else c, dtype(beta))
     if not scaled and alpha != 1:
         np.multiply(t, dtype(alpha), out=t)
-    if c is not None:
-        np.add(t, np.multiply(np.conjugate(c) if conj_c else c, dtype(beta)), out=t)
+    if term is not None:
+        np.add(t, term, out=t)
     if conj_out and out.dtype.kind == "c":
         np.conjugate(t, out=t)
     if t is not out:
