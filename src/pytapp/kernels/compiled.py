@@ -285,7 +285,7 @@ def stream_accumulate(acc, a_st, x, x_off, x_st, y, y_off, y_st, shape, mode, lo
         for d in range(2, top):
             idx[d] = 0
         for m in range(n_mid):
-            if m > 0:  # the odometer over the middle dimensions
+            if m > 0:  # the odometer over the middle dimensions (inlined as in fused_reduce)
                 for d in range(2, top):
                     idx[d] += 1
                     ab += a_st[d]
