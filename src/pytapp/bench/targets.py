@@ -330,8 +330,9 @@ def targets_markdown(rows: Sequence[TargetRow], plot: str | None = None) -> str:
     for r in rows:
         if r.group != group:
             group = r.group
-            lines += ["", f"## {group}", "", "| target | pytapp | baseline | ratio | goal | met "
-                      "| note |", "|---|---|---|---|---|---|---|"]
+            lines += ([""] if lines[-1] else []) + [
+                f"## {group}", "", "| target | pytapp | baseline | ratio | goal | met | note |",
+                "|---|---|---|---|---|---|---|"]
         goal = f"{'<=' if r.lower_is_better else '>='} {r.goal:g}"
         lines.append(f"| {r.name} | {_fmt_s(r.pytapp_s)} | {r.baseline}: "
                      f"{_fmt_s(r.baseline_s)} | {r.ratio:.2f}x | {goal} | "
