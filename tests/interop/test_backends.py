@@ -206,3 +206,32 @@ def test_executor_threads_are_restored(name: str) -> None:
         plan.execute(1.0, a, b, 0.0, None, d, h.create_executor(threads=1))
     np.testing.assert_array_equal(d, a @ b)
     assert get() == before
+
+
+@pytest.mark.parametrize("prec", [pytapp.Prectype.DEFAULT, pytapp.Prectype.BF16BF16_ACCUM_F32])
+@pytest.mark.parametrize("c_is_d", [True, False])
+def test_torch_gemm_with_beta_fused(prec: pytapp.Prectype, c_is_d: bool) -> None:
+    """torch's GEMM with C runs addmm with beta on D; C is rounded like A and B when the
+    precision rounds inputs, also when C is D itself."""
+    import ml_dtypes
+
+    if not backends.available()["torch"][0]:
+        pytest.skip("torch is not installed")
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 16, 24)).astype(np.float32)
+    b = rng.standard_normal((3, 24, 8)).astype(np.float32)
+    c = rng.standard_normal((3, 16, 8)).astype(np.float32)
+    d = c.copy() if c_is_d else np.zeros_like(c)
+    info = TensorInfo.from_array
+    with Handle("torch") as h:
+        plan = TensorProduct(h, info(a), "bik", info(b), "bkj", info(c), "bij", info(d), "bij",
+                             prec=prec)
+        plan.execute(0.75, a, b, -0.5, d if c_is_d else c, d)
+
+    def rounded(x: np.ndarray) -> np.ndarray:
+        if prec is pytapp.Prectype.DEFAULT:
+            return x.astype(np.float64)
+        return x.astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    want = 0.75 * np.einsum("bik,bkj->bij", rounded(a), rounded(b)) - 0.5 * rounded(c)
+    np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-4)

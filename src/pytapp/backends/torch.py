@@ -211,8 +211,10 @@ class TorchPlan(Stateless):
             return False
         if out.dim() >= 2 and out.stride(-1) != 1 and out.shape[-1] != 1:
             return False
-        if same_layout(c, bound.d):
-            pass  # C is D: accumulate in place
+        rule = spec.rule
+        rounds_c = rule.input_round is not None and spec.c.datatype.real is not rule.input_round
+        if same_layout(c, bound.d) and not rounds_c:
+            pass  # C is D (and used as it is): accumulate in place
         elif np.may_share_memory(c, bound.d):
             return False
         else:
