@@ -269,14 +269,19 @@ class TensorProduct(TappObject):
             )
         return executor
 
+    @staticmethod
+    def _run_default(plan: BackendPlan, bound: BoundProduct) -> Status:
+        """Run on the default executor: nothing to set up."""
+        start = time.perf_counter()
+        status = plan.run(bound, None)
+        status.seconds = time.perf_counter() - start
+        status.bytes_copied += bound.bytes_copied
+        return status
+
     def _run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         plan = self._backend_plan()
-        if executor is None:  # the hot path: nothing to set up
-            start = time.perf_counter()
-            status = plan.run(bound, None)
-            status.seconds = time.perf_counter() - start
-            status.bytes_copied += bound.bytes_copied
-            return status
+        if executor is None:
+            return self._run_default(plan, bound)
         before = bound.d.copy() if executor.verify else None
         c_orig = None
         if before is not None and bound.c is not None and np.may_share_memory(bound.c, bound.d):
@@ -357,12 +362,7 @@ class TensorProduct(TappObject):
         """
         plan = self._plan
         if executor is None and plan is not None:  # the hot path: a live plan, no executor
-            bound = self._binder.bind(alpha, a, b, beta, c, d)
-            start = time.perf_counter()
-            status = plan.run(bound, None)
-            status.seconds = time.perf_counter() - start
-            status.bytes_copied += bound.bytes_copied
-            return status
+            return self._run_default(plan, self._binder.bind(alpha, a, b, beta, c, d))
         self.check_alive()
         ex = self._executor(executor)
         if ex is not None and ex.dask is not None:  # block by block on a cluster
