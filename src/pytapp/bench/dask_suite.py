@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.bench.harness import geometric_mean, time_call
+from pytapp.bench.harness import summary_lines, time_call
 
 __all__ = ["DaskCase", "DaskResult", "dask_cases", "dask_markdown", "dask_plot", "dask_table",
            "run_dask"]
@@ -185,12 +185,10 @@ def dask_table(results: Sequence[DaskResult]) -> str:
         scaling = r.times.get("pytapp 1 worker", math.nan) / r.times.get("pytapp", math.nan)
         lines.append(f"{r.case.name:<20} {r.case.expr:<14}{cells}{r.ratio:>8.2f}x"
                      f"{scaling:>13.2f}x")
-    geo = geometric_mean([r.ratio for r in results])
-    if math.isfinite(geo):
-        lines.append(f"geometric mean, dask.array.einsum time / pytapp time (2 workers): "
-                     f"{geo:.2f}x")
-    worst = max((e for r in results for e in r.errors.values()), default=0.0)
-    lines.append(f"largest relative error vs numpy.einsum: {worst:.1e}")
+    lines += summary_lines(
+        [r.ratio for r in results], [e for r in results for e in r.errors.values()],
+        "geometric mean, dask.array.einsum time / pytapp time (2 workers): {geo:.2f}x",
+        "largest relative error vs numpy.einsum: {worst:.1e}")
     return "\n".join(lines)
 
 

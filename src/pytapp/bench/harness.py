@@ -43,7 +43,7 @@ from pytapp.precision import within_tolerance
 __all__ = [
     "BenchResult", "CaseResult", "Measurement", "copy_bandwidth", "environment",
     "geometric_mean", "measure_peaks",
-    "permutation_speeds", "run_bench", "time_call",
+    "permutation_speeds", "run_bench", "summary_lines", "time_call",
 ]
 
 Progress = Callable[[str, int, int], None]
@@ -117,6 +117,19 @@ def geometric_mean(values: Sequence[float]) -> float:
     if not kept:
         return math.nan
     return float(math.exp(sum(math.log(v) for v in kept) / len(kept)))
+
+
+def summary_lines(ratios: Sequence[float], errors: Sequence[float], mean_text: str,
+                  error_text: str) -> list[str]:
+    """The closing lines of a suite's table: ``mean_text`` with ``{geo}`` (the geometric mean
+    of ``ratios``, left out when there is none) and ``error_text`` with ``{worst}`` (the
+    largest of ``errors``)."""
+    lines = []
+    geo = geometric_mean(ratios)
+    if math.isfinite(geo):
+        lines.append(mean_text.format(geo=geo))
+    lines.append(error_text.format(worst=max(errors, default=0.0)))
+    return lines
 
 
 def time_call(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.bench.harness import geometric_mean, time_call
+from pytapp.bench.harness import summary_lines, time_call
 
 __all__ = ["NetworkCase", "NetworkResult", "network_cases", "networks_json", "networks_markdown",
            "networks_plot", "networks_table", "run_networks"]
@@ -200,12 +200,10 @@ def networks_table(results: Sequence[NetworkResult]) -> str:
         cells = "".join(f"{r.times[n] * 1e3:>11.2f} ms" if n in r.times else f"{'n/a':>14}"
                         for n in names)
         lines.append(f"{r.case.name:<22} {r.case.domain:<18}{cells}{r.ratio:>8.2f}x")
-    geo = geometric_mean([r.ratio for r in results])
-    if math.isfinite(geo):
-        lines.append(f"geometric mean of best-peer time / pytapp time: {geo:.2f}x "
-                     f"(> 1: pytapp faster)")
-    worst = max((e for r in results for e in r.errors.values()), default=0.0)
-    lines.append(f"largest relative error vs numpy.einsum (float64/complex128): {worst:.1e}")
+    lines += summary_lines(
+        [r.ratio for r in results], [e for r in results for e in r.errors.values()],
+        "geometric mean of best-peer time / pytapp time: {geo:.2f}x (> 1: pytapp faster)",
+        "largest relative error vs numpy.einsum (float64/complex128): {worst:.1e}")
     return "\n".join(lines)
 
 
