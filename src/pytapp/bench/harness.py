@@ -364,7 +364,7 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
         out.measurements[who.name] = Measurement(
             who.name, who.kind, "ok", med, min(times), len(times), case.flops / med / 1e9,
             peak_extra_bytes=_peak_extra(who),
-            algorithm=who.describe() if who.describe is not None else who.algorithm)
+            algorithm=who.what_ran())
     timed_peers = [m for m in out.measurements.values() if m.kind == "peer" and m.timed]
     reference = min(timed_peers or [m for m in out.measurements.values() if m.timed],
                     key=lambda m: m.median_s, default=None)

@@ -48,6 +48,10 @@ class Contender:
     #: What ran, asked after the timed calls (auto may change its choice when it tunes).
     describe: Callable[[], str] | None = None
 
+    def what_ran(self) -> str:
+        """The algorithm, as :attr:`describe` reports it now (else as prepared)."""
+        return self.describe() if self.describe is not None else self.algorithm
+
 
 def _numpy_result(x: Any) -> np.ndarray:
     return np.asarray(x)
@@ -70,7 +74,10 @@ def backend_contender(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray,
     except TappError as exc:
         raise NotApplicable(exc.message) from exc
 
-    plan.execute(ALPHA, a, b, BETA, c, d, executor)  # auto times its candidates at the second
+    try:  # auto times its candidates at the second execution: the timed calls' warm-up
+        plan.execute(ALPHA, a, b, BETA, c, d, executor)
+    except Exception as exc:  # reported like a failing timed call
+        raise NotApplicable(f"failed: {exc}") from exc
 
     def call() -> np.ndarray:
         plan.execute(ALPHA, a, b, BETA, c, d, executor)

@@ -233,7 +233,7 @@ def gemm_rows(repeats: int = 5, cases: Sequence[BenchCase] | None = None) -> lis
         who = backend_contender("auto", case, a, b, c, d)
         ours = _best(who.call, repeats)
         error = _error(np.asarray(who.result(who.call())), _oracle(case, a, b, c))
-        what = who.describe() if who.describe is not None else who.algorithm
+        what = who.what_ran()
         baseline = min(flat, key=lambda name: flat[name])
         h, m, n, k = shape
         low = case.dtype in ("f16", "bf16")
