@@ -26,6 +26,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from pytapp.analysis.letters import words
 from pytapp.analysis.subscripts import parse_subscripts
 from pytapp.contract import contract as contract_blocks
 from pytapp.contract import parse_expression
@@ -303,8 +304,7 @@ def einsum(subscripts: Any, *operands: Any, optimize: Any = "auto", memory_limit
     net = Network(eq, [tuple(x.shape) for x in arrays], optimize=optimize,
                   memory_limit=memory_limit)
     dt = result_datatype([np.empty(0, dtype=x.dtype) for x in arrays], dtype)
-    flat = eq.as_letters().replace("->", ",").split(",")
-    rename = dict(zip(eq.labels, dict.fromkeys("".join(flat)), strict=True))
+    rename = eq.letter_map()
 
     def letters(labels: str) -> str:
         return "".join(rename[ch] for ch in labels)
@@ -405,9 +405,8 @@ class DaskRunner:
             raise error_for(ErrorCode.READ_ONLY, "D is read-only; pass a writable array")
         if beta != 0 and c is None:
             raise error_for(ErrorCode.C_MISSING, "beta is not zero but C is None; pass C")
-        labels = {op.role: "".join(_letters(spec)[lab] for lab in op.labels)
-                  for op in spec.operands}
-        expr = f"{labels['A']},{labels['B']}->{labels['D']}"
+        expr = "{},{}->{}".format(*words((spec.a.labels, spec.b.labels, spec.d.labels),
+                                         "pytapp.dask"))
         result = contract(expr, a, b, c if beta != 0 else None, alpha=alpha, beta=beta,
                           op_a=spec.a.op, op_b=spec.b.op, op_c=spec.c.op, op_d=spec.d.op,
                           prec=spec.prec, allow_broadcast=spec.allow_broadcast,
@@ -415,15 +414,6 @@ class DaskRunner:
         store(result, d, self.client, self.progress)
         return Status(backend=f"dask:{product.backend_name}", algorithm="blockwise TAPP plans",
                       flops=spec.flops)
-
-
-def _letters(spec: Any) -> dict[Any, str]:
-    """One letter per label of a product (labels may be any hashables)."""
-    labels = list(dict.fromkeys(lab for op in spec.operands for lab in op.labels))
-    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    if len(labels) > len(letters):
-        raise error_for(ErrorCode.UNSUPPORTED, "pytapp.dask takes at most 52 labels")
-    return dict(zip(labels, letters, strict=False))
 
 
 def _runner(executor: Any) -> DaskRunner:

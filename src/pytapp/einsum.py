@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.letters import LETTERS
 from pytapp.errors import ErrorCode, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -36,8 +37,6 @@ from pytapp.expression import (
 from pytapp.network import PathInfo
 
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
-
-_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 #: Most calls :func:`einsum` remembers for its thin path (raw arguments -> expression).
 THIN_CACHE_SIZE = 256
@@ -206,7 +205,7 @@ def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: str | None = None) -> A
     (2, 4)
     """
     na, nb = _ndim(a), _ndim(b)
-    if na + nb > len(_LETTERS):
+    if na + nb > len(LETTERS):
         raise error_for(ErrorCode.NEGATIVE_NMODES, "tensordot takes at most 52 modes in all")
     if isinstance(axes, (int,)) and not isinstance(axes, bool):
         if not 0 <= axes <= min(na, nb):
@@ -226,8 +225,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: str | None = None) -> A
                             f"axes={axes!r} pairs {len(ax_a)} modes of a with {len(ax_b)} of b")
         ax_a = [x % na if na else x for x in ax_a]
         ax_b = [x % nb if nb else x for x in ax_b]
-    la = list(_LETTERS[:na])
-    lb = list(_LETTERS[na:na + nb])
+    la = list(LETTERS[:na])
+    lb = list(LETTERS[na:na + nb])
     for i, j in zip(ax_a, ax_b, strict=True):
         lb[j] = la[i]
     out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
@@ -244,11 +243,11 @@ def transpose(a: Any, axes: Sequence[int] | None = None, *, backend: str | None 
     (3, 2)
     """
     n = _ndim(a)
-    if n > len(_LETTERS):
+    if n > len(LETTERS):
         raise error_for(ErrorCode.NEGATIVE_NMODES, "transpose takes at most 52 modes")
     order = list(range(n))[::-1] if axes is None else [int(x) % max(n, 1) for x in axes]
     if sorted(order) != list(range(n)):
         raise error_for(ErrorCode.NEGATIVE_NMODES,
                         f"axes={axes!r} is not a permutation of the {n} modes")
-    labels = _LETTERS[:n]
+    labels = LETTERS[:n]
     return einsum(f"{labels}->{''.join(labels[i] for i in order)}", a, backend=backend)

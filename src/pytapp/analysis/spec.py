@@ -26,6 +26,7 @@ from typing import Any
 from pytapp.analysis.cost import flop_count
 from pytapp.analysis.labels import LabelClasses, Modes, check_structure, classify, merge_modes
 from pytapp.analysis.layout import footprint, self_aliases
+from pytapp.analysis.letters import einsum_text, words
 from pytapp.datatypes import Datatype, ElementOp, as_element_op
 from pytapp.errors import ErrorCode, error_for
 from pytapp.precision import ComputeRule, Prectype, as_prectype, compute_rule
@@ -105,22 +106,22 @@ class ContractionSpec:
 
     def einsum(self) -> str:
         """An einsum-like rendering, e.g. ``'ik,kj->ij'`` (letters invented for other labels)."""
-        everything = self.a.labels + self.b.labels + self.d.labels
-        if all(isinstance(x, str) and len(x) == 1 for x in everything):
-            return f"{''.join(map(str, self.a.labels))},{''.join(map(str, self.b.labels))}" \
-                f"->{''.join(map(str, self.d.labels))}"
-        letters: dict[Label, str] = {}
-        pool = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        return einsum_text((self.a.labels, self.b.labels), self.d.labels)
 
-        def word(labels: Sequence[Label]) -> str:
-            out = []
-            for x in labels:
-                if x not in letters:
-                    letters[x] = pool[len(letters)] if len(letters) < len(pool) else "?"
-                out.append(letters[x])
-            return "".join(out)
+    def einsum_words(self, what: str, d_labels: Sequence[Label] | None = None
+                     ) -> tuple[str, str, str]:
+        """Letters for the merged (unique) labels of A, B and D (or ``d_labels``), for
+        ``what`` (a backend that speaks einsum).
 
-        return f"{word(self.a.labels)},{word(self.b.labels)}->{word(self.d.labels)}"
+        Raises
+        ------
+        UnsupportedError
+            Code 18 when the product has more than 52 distinct labels.
+        """
+        d = self.d.modes.labels if d_labels is None else d_labels
+        wa, wb, wd = words((self.a.modes.labels, self.b.modes.labels, d),
+                           f"backend {what!r}")
+        return wa, wb, wd
 
 
 def _operand(role: str, item: OperandInput) -> OperandSpec:

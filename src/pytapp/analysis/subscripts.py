@@ -19,13 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytapp.analysis.letters import LETTERS
 from pytapp.errors import ErrorCode, TappError, error_for
 
 __all__ = ["Equation", "ellipsis_symbol", "from_sublists", "parse_subscripts"]
 
 _ELLIPSIS_BASE = 0xE000  # Unicode private use: never a letter
-_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
 
 def ellipsis_symbol(k: int) -> str:
     """The label of the ``k``-th broadcast dimension (counted from the left)."""
@@ -59,17 +58,35 @@ class Equation:
         >>> Equation((ellipsis_symbol(0) * 2, ellipsis_symbol(0) + "b"), "b").as_letters()
         'aa,ab->b'
         """
+        rename = self.letter_map()
+        return "".join(rename.get(ch, ch) for ch in str(self))
+
+    def letter_map(self) -> dict[str, str]:
+        """Every label -> the letter :meth:`as_letters` writes for it (ASCII letters stay).
+
+        Raises
+        ------
+        InvalidDescriptorError
+            Code 13 when the equation has more than 52 labels.
+
+        Examples
+        --------
+        >>> Equation((ellipsis_symbol(0) + "b",), "b").letter_map()["b"]
+        'b'
+        """
         used = set(self.labels)
-        free = iter(ch for ch in _LETTERS if ch not in used)
+        free = iter(ch for ch in LETTERS if ch not in used)
         rename = {}
         for ch in self.labels:
-            if ch not in _LETTERS:
-                found = next(free, None)
-                if found is None:
-                    raise error_for(ErrorCode.NEGATIVE_NMODES,
-                                    f"{len(used)} labels do not fit in 52 letters")
-                rename[ch] = found
-        return "".join(rename.get(ch, ch) for ch in str(self))
+            if ch in LETTERS:
+                rename[ch] = ch
+                continue
+            found = next(free, None)
+            if found is None:
+                raise error_for(ErrorCode.NEGATIVE_NMODES,
+                                f"{len(used)} labels do not fit in 52 letters")
+            rename[ch] = found
+        return rename
 
     @property
     def labels(self) -> str:

@@ -30,7 +30,6 @@ from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
 from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
 from pytapp.backends.base import Capabilities, Stateless
-from pytapp.backends.labels import einsum_words
 from pytapp.backends.reference import ReferencePlan
 from pytapp.backends.threads import (
     parallel_copyto,
@@ -201,7 +200,7 @@ class BlasPlan(Stateless):
                 or not all(self._round_free(op.datatype) for op in spec.operands)):
             return None
         try:
-            wa, wb, wd = einsum_words(spec, "blas")
+            wa, wb, wd = spec.einsum_words("blas")
         except TappError:  # more labels than letters: the general path has no such limit
             return None
         return f"{wa},{wb}->{wd}"

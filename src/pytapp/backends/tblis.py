@@ -13,7 +13,6 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.backends.base import Capabilities, OptionalModule, Stateless, thread_setting
-from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
@@ -30,7 +29,7 @@ class TblisPlan(Stateless):
     def __init__(self, spec: ContractionSpec, module: Any) -> None:
         self.spec = spec
         self._tblis = module
-        a, b, d = einsum_words(spec, "tblis")
+        a, b, d = spec.einsum_words("tblis")
         self.expr = f"{a},{b}->{d}"
         self.conja = spec.a.conjugate and spec.a.datatype.is_complex
         self.conjb = spec.b.conjugate and spec.b.datatype.is_complex

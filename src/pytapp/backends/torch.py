@@ -24,7 +24,6 @@ from pytapp.backends.base import (
     Stateless,
     thread_setting,
 )
-from pytapp.backends.labels import einsum_words
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
@@ -42,7 +41,7 @@ class TorchPlan(Stateless):
         self.spec, self.torch, self.device = spec, torch, device
         cls = spec.classes
         in_inputs = [x for x in spec.d.modes.labels if x not in cls.IC]
-        a, b, d = einsum_words(spec, "torch", in_inputs)
+        a, b, d = spec.einsum_words("torch", in_inputs)
         self.expr = f"{a},{b}->{d}"
         rule = spec.rule
         real = {Datatype.F32: torch.float32, Datatype.F64: torch.float64}[rule.real]

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.letters import LETTERS
 from pytapp.conformance.instance import Instance, OperandData
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.precision import Prectype
 
 __all__ = ["Options", "make_instance", "make_operand", "random_values"]
 
-LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: Upper bound on the product of all distinct extents (keeps the reference fast).
 BUDGET = 3000
 #: Upper bound on the number of elements of D.

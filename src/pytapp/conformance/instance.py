@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.letters import einsum_text
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.precision import Prectype
 
@@ -60,16 +61,10 @@ class Instance:
 
     def describe(self) -> str:
         """One line: labels, datatypes, precision, scalars."""
-
-        def word(labels: tuple[Hashable, ...]) -> str:
-            return "".join(str(x) for x in labels) if all(
-                isinstance(x, str) and len(x) == 1 for x in labels
-            ) else repr(labels)
-
         dts = "/".join(self.datatypes[r].name for r in "ABCD")
         ops = "".join("c" if self.ops.get(r) is ElementOp.CONJUGATE else "-" for r in "ABCD")
         text = (
-            f"{word(self.labels['A'])},{word(self.labels['B'])}->{word(self.labels['D'])} "
+            f"{einsum_text((self.labels['A'], self.labels['B']), self.labels['D'])} "
             f"{dts} ops={ops} prec={self.prec.name} alpha={self.alpha} beta={self.beta}"
         )
         if self.expected_code is not None:

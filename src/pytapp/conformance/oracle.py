@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.letters import words
 from pytapp.conformance.instance import Instance, OperandData
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.precision import compute_rule, tiny_floor, tolerance_factor, within_tolerance
 
 __all__ = ["Expected", "check_result", "expected_result"]
-
-LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @dataclass
@@ -95,13 +94,6 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
     rule = compute_rule(inst.prec, (dts["A"], dts["B"], dts["C"], dts["D"]))
     data_a, data_b, data_d = item["A"], item["B"], item["D"]
     assert data_a is not None and data_b is not None and data_d is not None
-    letters: dict[Hashable, str] = {}
-
-    def word(labels: Sequence[Hashable]) -> str:
-        for x in labels:
-            letters.setdefault(x, LETTERS[len(letters)])
-        return "".join(letters[x] for x in labels)
-
     def operand(role: str, data: OperandData) -> tuple[np.ndarray, tuple[Hashable, ...]]:
         view, uniq = _diagonal(np.asarray(data.view), inst.labels[role])
         val = _rounded(view, dts[role], rule.input_round)
@@ -114,7 +106,7 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
     parent = _wide(data_d.parent)
     d_view, ld = _diagonal(_view_in(parent, data_d), inst.labels["D"])
     ld_in = tuple(x for x in ld if x in la or x in lb)
-    expr = f"{word(la)},{word(lb)}->{word(ld_in)}"
+    expr = "{},{}->{}".format(*words((la, lb, ld_in), "the conformance oracle"))
     product = np.einsum(expr, a, b)
     magnitude = np.einsum(expr, np.abs(a), np.abs(b))
     # ld_in keeps D's order, so a reshape inserts the broadcast (D-only) axes.

@@ -66,12 +66,6 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.save_for_backward(*operands)
 
 
-def _letters(eq: Equation) -> dict[str, str]:
-    """One letter per label of ``eq`` (broadcast dimensions get unused letters)."""
-    flat = eq.as_letters().replace(",", "").replace("->", "")
-    return dict(zip(eq.labels, dict.fromkeys(flat), strict=True))
-
-
 def _operand_grad(eq: Equation, rename: dict[str, str], i: int,
                   operands: tuple[torch.Tensor, ...], grad: torch.Tensor,
                   backend: str) -> torch.Tensor:
@@ -110,7 +104,7 @@ def _operand_grad(eq: Equation, rename: dict[str, str], i: int,
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[None, list[torch.Tensor | None], None]:
     operands = ctx.saved_tensors
     eq = _equation(ctx.subscripts, list(operands))
-    rename = _letters(eq)
+    rename = eq.letter_map()
     grads: list[torch.Tensor | None] = [
         _operand_grad(eq, rename, i, operands, grad, ctx.backend) if need else None
         for i, need in enumerate(ctx.needs)
