@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pytapp.attributes import Attr, TappObject
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["Executor", "default_memory_limit", "register_runner", "runner_for"]
+__all__ = ["Executor", "default_memory_limit", "register_runner", "runner_for", "thread_scope"]
 
 #: Distributed runners by kind ("dask"), registered by the module that implements them.
 _RUNNERS: dict[str, Callable[[Any], Any]] = {}
@@ -46,6 +47,23 @@ def runner_for(executor: Executor) -> Any:
                             f"executors on a {kind} cluster need {kind} and distributed: "
                             "pip install 'pytapp[dask]'") from exc
     return _RUNNERS[kind](executor)
+
+
+def thread_scope(threads: int | None) -> AbstractContextManager[Any]:
+    """Limit the BLAS/OpenMP thread pools to ``threads`` inside a ``with`` block (restored
+    afterwards); ``None`` changes nothing.
+
+    Examples
+    --------
+    >>> with thread_scope(None):
+    ...     pass
+    """
+    if threads is None:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits  # imported on first use, not with pytapp
+
+    scope: AbstractContextManager[Any] = threadpool_limits(limits=threads)
+    return scope
 
 
 def default_memory_limit() -> int:

@@ -17,7 +17,7 @@ from pytapp import backends
 from pytapp.attributes import Attr, TappObject
 from pytapp.backends.base import Backend
 from pytapp.errors import ErrorCode, error_for
-from pytapp.executor import Executor
+from pytapp.executor import Executor, default_memory_limit
 
 if TYPE_CHECKING:
     from pytapp.attributes import TappObject as _Owned
@@ -72,6 +72,7 @@ class Handle(TappObject):
     ) -> None:
         super().__init__()
         self._plans: weakref.WeakSet[_Owned] = weakref.WeakSet()
+        self._default_limit: int | None = None
         name = backend if backend is not None else default_backend_name()
         if not isinstance(name, str) or not name:
             raise error_for(
@@ -135,6 +136,24 @@ class Handle(TappObject):
         """The backend's name."""
         return self._backend.name
 
+
+    def memory_limit(self) -> int:
+        """The workspace limit of plans made through this handle (bytes): MEMORY_LIMIT when
+        set, else half the memory available when the handle first needed it (read once).
+
+        Examples
+        --------
+        >>> with Handle("reference") as h:
+        ...     h.set_attr(Attr.MEMORY_LIMIT, 1 << 20)
+        ...     h.memory_limit()
+        1048576
+        """
+        limit = self._attr_store().get(Attr.MEMORY_LIMIT)
+        if limit is not None:
+            return int(limit)
+        if self._default_limit is None:
+            self._default_limit = default_memory_limit()
+        return self._default_limit
 
     def create_executor(self, **kwargs: Any) -> Executor:
         """An :class:`Executor` bound to this handle (keywords as for Executor)."""

@@ -19,6 +19,8 @@ Examples
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ __all__ = [
     "Binder",
     "BoundProduct",
     "bind_array",
+    "bind_batch",
     "byte_span",
     "check_inside",
     "convert_scalar",
@@ -263,10 +266,15 @@ class BoundProduct:
     d: np.ndarray
     bytes_copied: int = 0
 
-    @property
-    def beta_is_zero(self) -> bool:
-        """Whether C is ignored."""
-        return self.c is None
+    def copy_input(self, name: str) -> None:
+        """Replace input ``name`` (``'a'``, ``'b'`` or ``'c'``) by a private copy.
+
+        The one way inputs are detached from memory that an output overwrites; the copy is
+        counted in ``bytes_copied``.
+        """
+        x: np.ndarray = getattr(self, name)
+        setattr(self, name, x.copy())
+        self.bytes_copied += x.nbytes
 
 
 def _bind(data: Any, spec: OperandSpec, *, writable: bool = False) -> np.ndarray:
@@ -359,18 +367,52 @@ class Binder:
                 ErrorCode.C_MISSING,
                 "beta is not zero but C is None; pass C or set beta to 0",
             )
-        copied = 0
+        bound = BoundProduct(al, be, va, vb, vc, vd)
         if vd.size:
             if np.may_share_memory(va, vd):
-                va = va.copy()
-                copied += va.nbytes
+                bound.copy_input("a")
             if np.may_share_memory(vb, vd):
-                vb = vb.copy()
-                copied += vb.nbytes
+                bound.copy_input("b")
+            # C with D's exact layout is read element by element before it is overwritten.
             if vc is not None and np.may_share_memory(vc, vd) and not same_layout(vc, vd):
-                vc = vc.copy()
-                copied += vc.nbytes
-        return BoundProduct(al, be, va, vb, vc, vd, copied)
+                bound.copy_input("c")
+        return bound
+
+
+def bind_batch(binder: Binder, alpha: Any, a: Sequence[Any], b: Sequence[Any], beta: Any,
+               c: Sequence[Any], d: Sequence[Any]) -> list[BoundProduct]:
+    """Bind every item of a batch, then isolate the items from each other.
+
+    Inputs that another item's D overwrites are copied (each item sees its inputs as they were
+    before the batch); D's that overlap each other are error 8. Nothing is written.
+
+    Raises
+    ------
+    TappError
+        As :meth:`Binder.bind` for any item; code 8 when two D's overlap.
+    """
+    bounds = [binder.bind(alpha, ai, bi, beta, ci, di)
+              for ai, bi, ci, di in zip(a, b, c, d, strict=True)]
+    # D's sorted by first byte: an input can only overlap the D's that start before it ends.
+    ds = sorted((byte_span(x.d), i) for i, x in enumerate(bounds) if x.d.size)
+    starts = [s[0][0] for s in ds]
+    for (span, i), (nxt, j) in itertools.pairwise(ds):
+        if nxt[0] < span[1] and np.may_share_memory(bounds[i].d, bounds[j].d):
+            raise error_for(
+                ErrorCode.D_ALIASING,
+                f"D of batch items {i} and {j} overlap; give every item its own output",
+            )
+    for i, item in enumerate(bounds):
+        for name in ("a", "b", "c"):
+            x = getattr(item, name)
+            if x is None or x.size == 0:
+                continue
+            low, high = byte_span(x)
+            k = bisect.bisect_left(starts, high)
+            if any(j != i and dspan[1] > low and np.may_share_memory(x, bounds[j].d)
+                   for dspan, j in ds[:k]):
+                item.copy_input(name)
+    return bounds
 
 
 def same_layout(x: np.ndarray, d: np.ndarray) -> bool:

@@ -74,9 +74,9 @@ def get(name: str, *, library: str | None = None, abi: str | None = None) -> Bac
             f"unknown backend {name!r}; choose one of {', '.join(names())}",
         )
     if name == "clib":
-        from pytapp.backends.clib import ClibBackend
-
-        backend: Backend = ClibBackend(library, abi)
+        module_name, _, attr = _FACTORIES[name].partition(":")
+        # Imported by name like every backend: the registry is the only way in (lazy import).
+        backend: Backend = getattr(importlib.import_module(module_name), attr)(library, abi)
         ok, why = backend.available()
         if not ok:
             raise error_for(ErrorCode.UNSUPPORTED, f"backend 'clib' is not available: {why}")

@@ -210,15 +210,15 @@ def model_choice(spec: ContractionSpec, capable: list[str],
                  machine: Machine | None = None) -> str:
     """The cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
-    F16 accumulation runs on blas's exact loop; a product blas runs as one compiled kernel
-    pass or as GEMMs on views stays on blas (nothing is copied); F16/BF16 inputs go where the
-    prediction is smaller: torch's native low-precision GEMM (fast on CPUs with AMX or
-    AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the inputs; small-k
-    TTGT with large copies goes to tblis; otherwise the smallest prediction among blas and
-    torch wins.
+    F16 accumulation (every partial sum rounded) runs on the reference loop; a product blas
+    runs as one compiled kernel pass or as GEMMs on views stays on blas (nothing is copied);
+    F16/BF16 inputs go where the prediction is smaller: torch's native low-precision GEMM (fast
+    on CPUs with AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the
+    inputs; small-k TTGT with large copies goes to tblis; otherwise the smallest prediction
+    among blas and torch wins.
     """
-    if spec.rule.real is Datatype.F16 and "blas" in capable:
-        return "blas"
+    if spec.rule.real is Datatype.F16 and "reference" in capable:
+        return "reference"
     machine = machine or machine_constants()
     p = profile or {}
     if p.get("route") and "blas" in capable:

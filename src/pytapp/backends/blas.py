@@ -7,8 +7,10 @@ place, and picks one of:
   straight into D when D's layout allows (TTGT copies only the operands whose layout does not
   fuse; the copy also does any datatype conversion and conjugation, in one pass);
 * ``elementwise``: Hadamard and outer products as one broadcasting multiply into D;
-* ``dot``: full or batched inner products (BLAS dot / ``vecdot``);
-* ``reference``: F16F16_ACCUM_F16, which rounds every partial sum, runs the exact loop nest.
+* ``dot``: full or batched inner products (BLAS dot / ``vecdot``).
+
+F16F16_ACCUM_F16, which rounds every partial sum to F16, is not offered (error 16): BLAS
+accumulates in wider types. ``auto`` runs it on the reference backend.
 
 Reductions over isolated labels happen first, broadcasts (labels only in D) last. Alpha, beta,
 C and op_D are applied in place on the product's result or on D, never as extra temporaries
@@ -29,8 +31,7 @@ from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
 from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
-from pytapp.backends.base import Capabilities, Stateless
-from pytapp.backends.reference import ReferencePlan
+from pytapp.backends.base import ALL_PRECTYPES, Capabilities, Stateless
 from pytapp.backends.threads import (
     parallel_copyto,
     parallel_map,
@@ -41,6 +42,7 @@ from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct, same_layout
+from pytapp.precision import Prectype
 from pytapp.status import Status
 
 __all__ = ["BlasBackend", "BlasPlan"]
@@ -104,16 +106,11 @@ class BlasPlan(Stateless):
     def __init__(self, spec: ContractionSpec) -> None:
         self.spec = spec
         rule, cls = spec.rule, spec.classes
-        self._fallback: ReferencePlan | None = None
         self.reduce_ok = False
         #: (strides of A, B, D; shapes of the GEMM views; bytes packed) once a run was one GEMM.
         self._recipe: tuple[Any, Any, int] | None = None
-        if rule.real is Datatype.F16:
-            self._fallback = ReferencePlan(spec)
-            self.algorithm = "reference loop (F16 accumulation rounds every partial sum)"
-            self.workspace_bytes = self._fallback.workspace_bytes
-            self.profile: dict[str, Any] = {"kind": "reference"}
-            return
+        #: What the plan will do, for cost models (auto): sizes, copies, direct output.
+        self.profile: dict[str, Any] = {}
         real = rule.real_dtype
         self.compute: np.dtype[Any] = (
             np.result_type(real, np.complex64) if rule.is_complex else real
@@ -364,7 +361,6 @@ class BlasPlan(Stateless):
             total += BLOCK_BYTES if self.block is not None else d_size * item
         if self.spec.c.datatype.numpy_dtype != self.compute or self.spec.c.conjugate:
             total += spec.d.size * item  # C converted to the compute type
-        #: What the plan will do, for cost models (auto): sizes, copies, direct output.
         self.profile = {"kind": self.kind, "h": prod(self.h_shape), "m": self.m, "n": self.n,
                         "k": self.k, "copy_bytes": copied, "d_direct": d_direct}
         return int(total)
@@ -691,10 +687,6 @@ class BlasPlan(Stateless):
             fast = self._fast_gemm(bound)
             if fast is not None:
                 return fast
-        if self._fallback is not None:
-            status = self._fallback.run(bound, executor)
-            status.backend, status.algorithm = "blas", self.algorithm
-            return status
         spec = self.spec
         threads = None if executor is None else executor.threads
         if bound.d.size == 0:
@@ -736,7 +728,7 @@ class BlasBackend(Stateless):
     """Fast CPU backend on NumPy (BLAS GEMM, TTGT, elementwise and dot kernels)."""
 
     name = "blas"
-    capabilities = Capabilities(notes="GEMM/TTGT on NumPy's BLAS; F16 accumulation exact")
+    capabilities = Capabilities(prectypes=ALL_PRECTYPES - {Prectype.F16F16_ACCUM_F16})
 
     def available(self) -> tuple[bool, str]:
         """Always available (NumPy only)."""

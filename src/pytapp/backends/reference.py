@@ -27,10 +27,9 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.base import Capabilities, Stateless
-from pytapp.datatypes import Datatype
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct
-from pytapp.precision import ComputeRule, Prectype
+from pytapp.precision import ComputeRule
 from pytapp.status import Status
 
 __all__ = ["ReferenceBackend", "ReferencePlan"]
@@ -72,8 +71,6 @@ def _zero(shape: tuple[int, ...], rule: ComputeRule) -> Value:
 
 def _load(raw: np.ndarray, spec: OperandSpec, rule: ComputeRule) -> Value:
     """Round stored values as the precision says and apply the element op."""
-    if rule is _MAGNITUDE:
-        return np.abs(raw).astype(np.float64), None
     real = rule.real_dtype
     rounding = None if rule.input_round is None else rule.input_round.numpy_dtype
 
@@ -92,22 +89,14 @@ def _load(raw: np.ndarray, spec: OperandSpec, rule: ComputeRule) -> Value:
     return re, im
 
 
-#: Rule of the magnitude run: |alpha| sum |A||B| + |beta| |C| in F64 (tolerance bounds).
-_MAGNITUDE = ComputeRule(Prectype.DEFAULT, None, Datatype.F64, False)
-
-
 class ReferencePlan(Stateless):
-    """Loop nest for one spec. Precomputes which loop drives each mode of each operand.
-
-    With ``absolute=True`` the plan computes the error bound of SPEC section 7 instead,
-    ``|alpha| sum |A||B| + |beta| |C|`` in F64, into a float64 array of D's merged shape.
-    """
+    """Loop nest for one spec. Precomputes which loop drives each mode of each operand."""
 
     algorithm = "loop nest"
 
-    def __init__(self, spec: ContractionSpec, absolute: bool = False) -> None:
+    def __init__(self, spec: ContractionSpec) -> None:
         self.spec = spec
-        self.rule = _MAGNITUDE if absolute else spec.rule
+        self.rule = spec.rule
         cls = spec.classes
         self.d_labels: tuple[Label, ...] = spec.d.modes.labels
         self.d_extents: tuple[int, ...] = spec.d.modes.extents
@@ -172,8 +161,8 @@ class ReferencePlan(Stateless):
         spec, rule, cls = self.spec, self.rule, self.spec.classes
         n_d = prod(self.d_extents)
         n_p = prod(self.p_extents)
-        alpha = _scalar(abs(bound.alpha) if rule is _MAGNITUDE else bound.alpha, rule)
-        beta = _scalar(abs(bound.beta) if rule is _MAGNITUDE else bound.beta, rule)
+        alpha = _scalar(bound.alpha, rule)
+        beta = _scalar(bound.beta, rule)
         empty_sum = prod(self.ia_extents) == 0 or prod(self.ib_extents) == 0
         p_idx = self._tuples(self.p_extents, cls.P)
         step = max(1, _CHUNK // max(n_p, 1))
@@ -206,9 +195,7 @@ class ReferencePlan(Stateless):
         re, im = acc
         if im is not None and spec.conjugate:
             im = -im
-        if self.rule is _MAGNITUDE:
-            out = re
-        elif spec.datatype.is_complex:
+        if spec.datatype.is_complex:
             out = np.empty(rows, dtype=d.dtype)
             out.real = re
             out.imag = 0 if im is None else im
@@ -224,7 +211,7 @@ class ReferenceBackend(Stateless):
     """Every TAPP feature, every datatype and precision; the conformance baseline."""
 
     name = "reference"
-    capabilities = Capabilities(notes="readable loop nest; slow by design")
+    capabilities = Capabilities()
 
     def available(self) -> tuple[bool, str]:
         """Always available (NumPy only)."""

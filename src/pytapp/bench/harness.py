@@ -38,6 +38,7 @@ from pytapp.bench.peers import (
     peer,
 )
 from pytapp.datatypes import Datatype
+from pytapp.executor import thread_scope
 from pytapp.precision import within_tolerance
 
 __all__ = [
@@ -315,9 +316,8 @@ def _peak_extra(contender: Contender) -> int | None:
 def _thread_scope(threads: int | None) -> ExitStack:
     stack = ExitStack()
     if threads:
-        from threadpoolctl import threadpool_limits
-
-        stack.enter_context(threadpool_limits(limits=threads))
+        stack.enter_context(thread_scope(threads))
+        # Peers' own pools too (torch, TBLIS): every contender gets the same thread count.
         for module, setter in (("torch", "set_num_threads"), ("pytblis", "set_num_threads")):
             try:
                 mod = __import__(module)
