@@ -14,6 +14,7 @@ Examples
 
 from __future__ import annotations
 
+import sys
 from enum import IntEnum
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["Datatype", "ElementOp", "as_array", "as_datatype", "as_element_op", "datatype_of",
-           "datatype_of_data", "promote"]
+           "datatype_of_data", "numpy_view", "promote", "torch_view"]
 
 
 class Datatype(IntEnum):
@@ -294,3 +295,40 @@ def as_element_op(value: Any, operand: str) -> ElementOp:
         f"op_{operand.lower()}={value!r} is not an element operation; use "
         "ElementOp.IDENTITY (0) or ElementOp.CONJUGATE (1)",
     )
+
+
+# NumPy and torch both have bfloat16, but neither converts the other's (torch.from_numpy and
+# DLPack refuse ml_dtypes' bfloat16): the bits are shared as int16 and reinterpreted.
+
+
+def torch_view(x: np.ndarray) -> Any:
+    """A torch tensor sharing ``x``'s memory (bfloat16 too). torch must be imported already.
+
+    Examples
+    --------
+    >>> import torch
+    >>> t = torch_view(np.ones(2, dtype=ml_dtypes.bfloat16))
+    >>> t.dtype
+    torch.bfloat16
+    """
+    torch = sys.modules["torch"]
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def numpy_view(t: Any, *, dlpack: bool = False) -> np.ndarray:
+    """A NumPy array sharing a CPU torch tensor's memory (bfloat16 too), through ``.numpy()``
+    or, with ``dlpack=True``, through DLPack (any exporter; torch's bfloat16 handled).
+
+    Examples
+    --------
+    >>> import torch
+    >>> numpy_view(torch.ones(2, dtype=torch.bfloat16)).dtype.name
+    'bfloat16'
+    """
+    if str(getattr(t, "dtype", "")) == "torch.bfloat16":
+        bits = t.view(sys.modules["torch"].int16)
+        raw = np.from_dlpack(bits) if dlpack else bits.numpy()
+        return raw.view(Datatype.BF16.numpy_dtype)
+    return np.from_dlpack(t) if dlpack else np.asarray(t.numpy())

@@ -15,7 +15,6 @@ Examples
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -26,7 +25,14 @@ import numpy as np
 
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
 from pytapp.contract import backend_name, shared_handle
-from pytapp.datatypes import Datatype, as_array, datatype_of, datatype_of_data, promote
+from pytapp.datatypes import (
+    Datatype,
+    as_array,
+    datatype_of,
+    datatype_of_data,
+    promote,
+    torch_view,
+)
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle
 from pytapp.network import Network, PathInfo
@@ -94,10 +100,7 @@ def to_library(result: np.ndarray, like: Any) -> Any:
     """``result`` as an array of ``like``'s library (a torch tensor sharing its memory)."""
     if like is None or not is_torch(like):
         return result
-    torch = sys.modules["torch"]
-    if result.dtype.name == "bfloat16":
-        return torch.from_numpy(result.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(result)
+    return torch_view(result)
 
 
 def result_datatype(arrays: Sequence[np.ndarray], dtype: Any = None) -> Datatype:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,7 @@ from pytapp.allocation import describe_owner, owning_span
 from pytapp.analysis.labels import Modes
 from pytapp.analysis.layout import footprint
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
-from pytapp.datatypes import Datatype
+from pytapp.datatypes import Datatype, numpy_view
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = [
@@ -49,15 +48,6 @@ __all__ = [
 ]
 
 _RAW_FORMATS = {"B", "b", "c"}
-
-
-def _from_dlpack(data: Any, want: np.dtype[Any]) -> np.ndarray:
-    """``np.from_dlpack``, plus torch's bfloat16 (which DLPack exporters to NumPy refuse):
-    viewed as int16 through DLPack, then as bfloat16, still without a copy."""
-    if str(getattr(data, "dtype", "")) == "torch.bfloat16" and want.name == "bfloat16":
-        torch = sys.modules["torch"]
-        return np.from_dlpack(data.view(torch.int16)).view(want)
-    return np.from_dlpack(data)
 
 
 def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
@@ -80,7 +70,9 @@ def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
         )
     elif hasattr(data, "__dlpack__") and not isinstance(data, (bytes, bytearray, memoryview)):
         try:
-            arr = _from_dlpack(data, want)
+            # torch's bfloat16 only when bfloat16 is wanted; any other dtype is refused below.
+            bf16 = want.name == "bfloat16"
+            arr = numpy_view(data, dlpack=True) if bf16 else np.from_dlpack(data)
         except (BufferError, RuntimeError, TypeError, ValueError) as exc:
             raise error_for(
                 ErrorCode.OPERAND_MISMATCH,

@@ -30,6 +30,7 @@ __all__ = [
     "compute_rule",
     "tiny_floor",
     "tolerance_factor",
+    "tolerance_for_eps",
     "within_tolerance",
 ]
 
@@ -135,7 +136,18 @@ def tiny_floor(rule: ComputeRule, n_terms: int, storage: Datatype) -> float:
 
 def tolerance_factor(rule: ComputeRule, n_terms: int) -> float:
     """SPEC section 7: ``tol = 4 * eps(compute type) * (number of summed terms + 4)``."""
-    return 4.0 * rule.eps * (max(int(n_terms), 0) + 4)
+    return tolerance_for_eps(rule.eps, n_terms)
+
+
+def tolerance_for_eps(eps: float, n_terms: int) -> float:
+    """SPEC section 7's factor for a given machine epsilon: ``4 * eps * (n_terms + 4)``.
+
+    Examples
+    --------
+    >>> tolerance_for_eps(0.5, 0)
+    8.0
+    """
+    return 4.0 * eps * (max(int(n_terms), 0) + 4)
 
 
 def within_tolerance(

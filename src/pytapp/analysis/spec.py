@@ -57,6 +57,11 @@ class OperandSpec:
         return self.op is ElementOp.CONJUGATE
 
     @property
+    def conjugates(self) -> bool:
+        """Whether the op changes values: conjugation of complex data (a no-op on real data)."""
+        return self.op is ElementOp.CONJUGATE and self.datatype.is_complex
+
+    @property
     def size(self) -> int:
         """Number of distinct elements addressed (product of merged extents)."""
         return prod(self.modes.extents)

@@ -130,10 +130,10 @@ class BlasPlan(Stateless):
         )
         # beta op_C(C) can be added to a D the GEMM wrote, in one kernel pass.
         self._kernel_epilogue = kernels.supports(np.empty(0, self.compute))
-        self._conj_a = spec.a.conjugate and spec.a.datatype.is_complex
-        self._conj_b = spec.b.conjugate and spec.b.datatype.is_complex
-        self._conj_c = spec.c.conjugate and spec.c.datatype.is_complex
-        self._conj_d = spec.d.conjugate and spec.d.datatype.is_complex
+        self._conj_a = spec.a.conjugates
+        self._conj_b = spec.b.conjugates
+        self._conj_c = spec.c.conjugates
+        self._conj_d = spec.d.conjugates
         self.c_in_place = (self._kernel_epilogue
                            and spec.c.datatype.numpy_dtype == self.compute
                            and self._round_free(spec.c.datatype))
@@ -255,7 +255,7 @@ class BlasPlan(Stateless):
     def _choose_view_gemm(self) -> ViewGemm | None:
         """The cheapest GEMMs-on-views mapping when the cost model prefers it to TTGT."""
         spec = self.spec
-        conj = any(op.conjugate and op.datatype.is_complex for op in (spec.a, spec.b))
+        conj = any(op.conjugates for op in (spec.a, spec.b))
         if conj or spec.c.strides != spec.d.strides:  # BLAS cannot conjugate; C as D
             return None
         model, cplx = MachineModel(), self.spec.rule.is_complex
@@ -308,8 +308,8 @@ class BlasPlan(Stateless):
         else:
             left, right, out = a, b, d
         c = None if bound.c is None else view(bound.c, g.d)
-        conj_c = spec.c.conjugate and spec.c.datatype.is_complex
-        conj_d = spec.d.conjugate and spec.d.datatype.is_complex
+        conj_c = spec.c.conjugates
+        conj_d = spec.d.conjugates
         if c is not None and np.may_share_memory(c, d):  # D = beta D + alpha A B: keep D
             kernels.fused(d, np.matmul(left, right).swapaxes(-1, -2) if g.swap else
                           np.matmul(left, right), None, c, alpha=bound.alpha, beta=bound.beta,
@@ -328,7 +328,7 @@ class BlasPlan(Stateless):
             self._run_view_gemm(bound, threads)
             return
         spec, cls = self.spec, self.spec.classes
-        conj = {op.role: op.conjugate and op.datatype.is_complex for op in spec.operands}
+        conj = {op.role: op.conjugates for op in spec.operands}
         out_labels = spec.d.modes.labels
         labels = out_labels if route == "elementwise" else (
             *out_labels, *cls.P, *cls.IA, *cls.IB)
@@ -398,7 +398,7 @@ class BlasPlan(Stateless):
         return (
             not reduce
             and op.datatype.numpy_dtype == self.compute
-            and not (op.conjugate and op.datatype.is_complex)
+            and not (op.conjugates)
             and self._round_free(op.datatype)
         )
 
@@ -425,7 +425,7 @@ class BlasPlan(Stateless):
         """Operand in target order and compute dtype with op applied; (array, bytes copied)."""
         copied = 0
         x = self._round(x, spec.datatype)
-        conj = spec.conjugate and spec.datatype.is_complex
+        conj = spec.conjugates
         if reduce and x.dtype == self.compute and kernels.supports(x):
             # Sum the isolated labels straight into the target order, op applied on the way.
             kept = [i for i in range(x.ndim) if i not in reduce]
@@ -563,15 +563,15 @@ class BlasPlan(Stateless):
         if mode == "direct" and bound.c is not None:  # D = op_D(alpha D + beta op_C(C))
             spec = self.spec
             kernels.fused(bound.d, bound.d, None, bound.c, alpha=bound.alpha, beta=bound.beta,
-                          conj_c=spec.c.conjugate and spec.c.datatype.is_complex,
-                          conj_out=spec.d.conjugate and spec.d.datatype.is_complex,
+                          conj_c=spec.c.conjugates,
+                          conj_out=spec.d.conjugates,
                           threads=threads)
             return
         if mode == "direct":
             alpha = bound.alpha
             if alpha != 1:
                 np.multiply(result, np.asarray(alpha).astype(self.compute)[()], out=result)
-            if self.spec.d.conjugate and self.spec.d.datatype.is_complex:
+            if self.spec.d.conjugates:
                 np.conjugate(result, out=result)
             return
         d_t = bound.d if self.d_perm_id else bound.d.transpose(self.d_perm)
@@ -587,20 +587,20 @@ class BlasPlan(Stateless):
         """
         spec = self.spec
         r = r.reshape(d_t.shape[:d_t.ndim - self.ic] + (1,) * self.ic)
-        conj_c = spec.c.conjugate and spec.c.datatype.is_complex
+        conj_c = spec.c.conjugates
         if d_t.size >= kernels.SMALL_COPY and kernels.supports(r, d_t, c_t) and (
                 c_t is None or self._round_free(spec.c.datatype)):
             # One pass: D = op_D(alpha r + beta op_C(C)), whatever D's and C's layouts.
             kernels.fused(d_t, r, None, c_t, alpha=bound.alpha, beta=bound.beta,
-                          conj_c=conj_c, conj_out=spec.d.conjugate and spec.d.datatype.is_complex,
+                          conj_c=conj_c, conj_out=spec.d.conjugates,
                           threads=threads)
             return
         if bound.alpha != 1:
             alpha = np.asarray(bound.alpha).astype(self.compute)[()]
             r = np.multiply(r, alpha, out=r) if r.base is None else r * alpha
-        conj_d = spec.d.conjugate and spec.d.datatype.is_complex
+        conj_d = spec.d.conjugates
         if c_t is not None and self.direct_ok and not conj_d and not (
-            spec.c.conjugate and spec.c.datatype.is_complex
+            spec.c.conjugates
         ) and same_layout(c_t, d_t) and self._round_free(spec.c.datatype):
             # In-place accumulation on D's own memory: D = beta * D + alpha * result.
             beta = np.asarray(bound.beta).astype(self.compute)[()]

@@ -84,7 +84,7 @@ def _load(raw: np.ndarray, spec: OperandSpec, rule: ComputeRule) -> Value:
     if not rule.is_complex:
         return re, None
     im = part(raw.imag) if stored_complex else np.zeros_like(re)
-    if spec.conjugate and stored_complex:
+    if spec.conjugates:
         im = -im
     return re, im
 

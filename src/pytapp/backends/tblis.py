@@ -31,10 +31,10 @@ class TblisPlan(Stateless):
         self._tblis = module
         a, b, d = spec.einsum_words("tblis")
         self.expr = f"{a},{b}->{d}"
-        self.conja = spec.a.conjugate and spec.a.datatype.is_complex
-        self.conjb = spec.b.conjugate and spec.b.datatype.is_complex
-        self.conjc = spec.c.conjugate and spec.c.datatype.is_complex
-        self.conjd = spec.d.conjugate and spec.d.datatype.is_complex
+        self.conja = spec.a.conjugates
+        self.conjb = spec.b.conjugates
+        self.conjc = spec.c.conjugates
+        self.conjd = spec.d.conjugates
         self.algorithm = f"tblis contract {self.expr!r}"
         self.workspace_bytes = 0  # C is copied into D itself
 

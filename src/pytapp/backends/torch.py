@@ -24,7 +24,7 @@ from pytapp.backends.base import (
     Stateless,
     thread_setting,
 )
-from pytapp.datatypes import Datatype
+from pytapp.datatypes import Datatype, numpy_view, torch_view
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct, same_layout
@@ -80,7 +80,6 @@ class TorchPlan(Stateless):
 
     def _tensor(self, x: np.ndarray, spec: OperandSpec, dtype: Any, native: bool = False) -> Any:
         """A torch view of ``x`` in ``dtype``, rounded as the precision says, op applied."""
-        torch = self.torch
         rule = self.spec.rule
         if rule.input_round is not None and not native and spec.datatype.real is not (
                 rule.input_round):
@@ -96,12 +95,8 @@ class TorchPlan(Stateless):
             x = np.array(x, order="C", copy=True)  # also for extent-1 modes
         if not x.flags.writeable:  # torch wants writable memory; it only reads it here
             x = x.copy()
-        if x.dtype.name == "bfloat16":
-            t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(x)
-        t = t.to(device=self.device, dtype=dtype)
-        if spec.conjugate and spec.datatype.is_complex:
+        t = torch_view(x).to(device=self.device, dtype=dtype)
+        if spec.conjugates:
             t = t.conj()
         return t
 
@@ -149,12 +144,9 @@ class TorchPlan(Stateless):
 
     def _d_tensor(self, d: np.ndarray) -> Any:
         """D's memory as a torch tensor (None when torch cannot view it: negative strides)."""
-        torch = self.torch
         if any(s < 0 for s in d.strides):
             return None
-        if d.dtype.name == "bfloat16":
-            return torch.from_numpy(d.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(d)
+        return torch_view(d)
 
     def _matmul(self, a: Any, b: Any, bound: BoundProduct) -> tuple[Any, tuple[int, ...]]:
         """GEMM on the TTGT layout; (None, ()) when the result went straight into D."""
@@ -195,8 +187,8 @@ class TorchPlan(Stateless):
         of a temporary and three more. False when the layouts or ops do not allow it."""
         lay, spec = self.layout, self.spec
         c = bound.c
-        if (c is None or lay.ic or (spec.d.conjugate and spec.d.datatype.is_complex)
-                or (spec.c.conjugate and spec.c.datatype.is_complex)
+        if (c is None or lay.ic or (spec.d.conjugates)
+                or (spec.c.conjugates)
                 or c.dtype != bound.d.dtype or left.dtype != self.compute):
             return False
         d = self._d_tensor(bound.d)
@@ -238,9 +230,8 @@ class TorchPlan(Stateless):
             return
         host = r.to("cpu")  # torch has no negative strides: go through NumPy
         if d.dtype.name == "bfloat16":
-            np.copyto(d.view(np.int16), host.to(torch.bfloat16).view(torch.int16).numpy())
-        else:
-            np.copyto(d, host.numpy(), casting="unsafe")
+            host = host.to(torch.bfloat16)
+        np.copyto(d, numpy_view(host), casting="unsafe")
 
 
 class TorchBackend(Stateless):

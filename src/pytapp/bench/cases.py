@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.cost import least_flops
 from pytapp.datatypes import Datatype
 
 __all__ = ["DOMAINS", "BenchCase", "generate", "load_public", "random_case", "small_family",
@@ -62,16 +63,7 @@ class BenchCase:
         """Least floating-point work of ``alpha A B + beta C``: isolated labels summed first
         (one add per element), then 2 per multiply-add over the other distinct labels (8 for
         complex), then the epilogue (3 per element of D)."""
-        la, lb, ld = self.labels
-        cplx = self.datatype.is_complex
-        isolated_a = set(la) - set(lb) - set(ld)
-        isolated_b = set(lb) - set(la) - set(ld)
-        core = set(la + lb + ld) - isolated_a - isolated_b
-        sums = sum(prod(self.extents[x] for x in set(lab)) for lab, iso in
-                   ((la, isolated_a), (lb, isolated_b)) if iso)
-        d = prod(self.extents[x] for x in set(ld))
-        return (2 if cplx else 1) * sums + (8 if cplx else 2) * prod(
-            self.extents[x] for x in core) + (6 if cplx else 3) * d
+        return least_flops(self.labels, self.extents, self.datatype.is_complex)
 
     @property
     def bytes_moved(self) -> int:

@@ -39,7 +39,7 @@ from pytapp.bench.peers import (
 )
 from pytapp.datatypes import Datatype
 from pytapp.executor import thread_scope
-from pytapp.precision import within_tolerance
+from pytapp.precision import tolerance_for_eps, within_tolerance
 
 __all__ = [
     "BenchResult", "CaseResult", "Measurement", "copy_bandwidth", "environment",
@@ -287,8 +287,9 @@ def _check(case: BenchCase, results: dict[str, np.ndarray], fastest: str,
     bound = bound + abs(BETA) * np.abs(c).astype(np.float64)
     n_terms = math.prod(case.extents[x] for x in set(la + lb) - set(ld))
     dt = case.datatype
+    # Peers compute F16/BF16 in their own type: their epsilon, not F32's.
     eps = dt.eps if dt in (Datatype.F16, Datatype.BF16) else _compute(dt).eps
-    tol = 2 * 4.0 * eps * (n_terms + 4)
+    tol = 2 * tolerance_for_eps(eps, n_terms)
     verdicts = {}
     for name, res in results.items():
         if res.shape != ref.shape:

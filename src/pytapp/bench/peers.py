@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.bench.cases import BenchCase
+from pytapp.datatypes import torch_view
 
 __all__ = ["ALPHA", "BETA", "PEERS", "PEER_LABELS", "Contender", "NotApplicable",
            "backend_contender", "peer"]
@@ -143,12 +144,7 @@ def _torch(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
            d: np.ndarray) -> Contender:
     torch = importlib.import_module("torch")
 
-    def tensor(x: np.ndarray) -> Any:
-        if case.dtype == "bf16":
-            return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(x)
-
-    ta, tb, tc = tensor(a), tensor(b), tensor(c)
+    ta, tb, tc = torch_view(a), torch_view(b), torch_view(c)
     expr = case.einsum
 
     def call() -> Any:
