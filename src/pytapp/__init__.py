@@ -17,9 +17,8 @@ import logging
 
 from pytapp.attributes import BACKEND_KEYS, Attr
 from pytapp.backends import available as available_backends
-from pytapp.contract import clear_plan_cache, contract, parse_expression
+from pytapp.contraction import clear_plan_cache, contract, parse_expression
 from pytapp.datatypes import Datatype, ElementOp
-from pytapp.einsum import einsum, einsum_expression, einsum_path, tensordot, transpose
 from pytapp.errors import (
     AliasingError,
     AttributeKeyError,
@@ -47,6 +46,7 @@ from pytapp.errors import (
 )
 from pytapp.executor import Executor
 from pytapp.handle import Handle
+from pytapp.numpy_api import einsum, einsum_expression, einsum_path, tensordot, transpose
 from pytapp.precision import Prectype
 from pytapp.product import TensorProduct
 from pytapp.status import Status

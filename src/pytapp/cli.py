@@ -149,7 +149,7 @@ def _check_isolated(backend: str, cases: list[int], seeds: int) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from pytapp.contract import parse_expression
+    from pytapp.contraction import parse_expression
     from pytapp.datatypes import Datatype
     from pytapp.product import TensorProduct
     from pytapp.tensor import TensorInfo

@@ -28,8 +28,8 @@ import numpy as np
 
 from pytapp.analysis.letters import words
 from pytapp.analysis.subscripts import parse_subscripts
-from pytapp.contract import contract as contract_blocks
-from pytapp.contract import parse_expression
+from pytapp.contraction import contract as contract_blocks
+from pytapp.contraction import parse_expression
 from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of, promote
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import register_runner

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
-from pytapp.contract import backend_name, shared_handle
+from pytapp.contraction import backend_name, shared_handle
 from pytapp.datatypes import (
     Datatype,
     as_array,

@@ -135,9 +135,7 @@ def test_products_per_layout_are_bounded(test_library: str) -> None:
 
 def test_contract_cache_destroys_what_it_evicts(test_library: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
-
-    contract_module = importlib.import_module("pytapp.contract")  # the module, not the function
+    import pytapp.contraction as contract_module
     pytapp.clear_plan_cache()
     start = _live(test_library)
     monkeypatch.setattr(contract_module, "PLAN_CACHE_SIZE", 3)

@@ -7,7 +7,7 @@ import pytest
 
 import pytapp
 from pytapp import backends
-from pytapp.contract import plan_cache_info
+from pytapp.contraction import plan_cache_info
 
 
 @pytest.mark.parametrize(
@@ -68,3 +68,15 @@ def test_contract_errors() -> None:
         pytapp.contract("ij,jk->ik", np.ones((2, 3)), np.ones((2, 2)))
     with pytest.raises(pytapp.OperandMismatchError):
         pytapp.contract("ij,jk->ik", np.ones((2, 2), dtype=int), np.ones((2, 2)))
+
+
+def test_no_public_function_hides_its_module() -> None:
+    import importlib
+    import pkgutil
+    import types
+
+    for info in pkgutil.iter_modules(pytapp.__path__):
+        attr = getattr(pytapp, info.name, None)
+        if attr is not None:  # a re-exported name equal to a module's would hide the module
+            assert isinstance(attr, types.ModuleType), info.name
+            assert attr is importlib.import_module(f"pytapp.{info.name}")

@@ -367,7 +367,7 @@ class AutoBackend(Stateless):
     """Chooses among the available backends per plan."""
 
     name = "auto"
-    capabilities = Capabilities(notes="the union of the available backends")
+    capabilities = Capabilities()  # the union of the available backends
 
     def available(self) -> tuple[bool, str]:
         """Always available (blas and reference always are)."""

@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pytapp.analysis.spec import ContractionSpec
@@ -45,8 +45,6 @@ class Capabilities:
     isolated_labels: bool = True
     conjugation: bool = True
     batched: bool = True
-    devices: frozenset[str] = field(default_factory=lambda: frozenset({"cpu"}))
-    notes: str = ""
 
     def check_datatypes(self, datatypes: tuple[Datatype, ...]) -> str | None:
         """Reason the datatypes are unsupported, or ``None``."""

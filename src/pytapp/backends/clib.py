@@ -339,10 +339,10 @@ class ClibBackend:
     """A C library exporting the TAPP C API, loaded with ctypes; one per pytapp Handle."""
 
     name = "clib"
+    # Whatever the C library supports (its errors are reported with its own texts); no
+    # broadcast labels: the TAPP C API has no Case 5.
     capabilities = Capabilities(
         broadcast=False,
-        notes="whatever the C library supports (its errors are reported with its own "
-              "texts); no broadcast labels: the TAPP C API has no Case 5",
     )
 
     def __init__(self, library: str | None = None, abi: str | None = None) -> None:

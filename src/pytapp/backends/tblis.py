@@ -83,13 +83,13 @@ class TblisBackend(Stateless):
     """TBLIS via pytblis: F32/F64/C32/C64, one datatype per product, no broadcast."""
 
     name = "tblis"
+    # TBLIS kernels: one datatype per product, no F16/BF16, no broadcast labels.
     capabilities = Capabilities(
         datatypes=frozenset({Datatype.F32, Datatype.F64, Datatype.C32, Datatype.C64}),
         prectypes=frozenset({Prectype.DEFAULT, Prectype.F32F32_ACCUM_F32,
                              Prectype.F64F64_ACCUM_F64}),
         mixed_datatypes=False,
         broadcast=False,
-        notes="TBLIS kernels; one datatype per product; no F16/BF16; no broadcast labels",
     )
 
     def __init__(self) -> None:

@@ -238,11 +238,11 @@ class TorchBackend(Stateless):
     """torch.einsum on CPU; native BF16/F16 matmul for the low-precision precisions."""
 
     name = "torch"
+    # torch.matmul (MKL) for GEMM shapes, torch.einsum otherwise; native BF16/F16 matmul when
+    # it is the final rounding; no F16 accumulation.
     capabilities = Capabilities(
         datatypes=ALL_DATATYPES,
         prectypes=frozenset(Prectype) - {Prectype.F16F16_ACCUM_F16},
-        notes="torch.matmul (MKL) for GEMM shapes, torch.einsum otherwise; native BF16/F16 "
-              "matmul when it is the final rounding; no F16 accumulation",
     )
 
     def __init__(self) -> None:

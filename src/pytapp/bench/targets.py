@@ -108,7 +108,7 @@ def overhead_rows(repeats: int = 7, number: int = 2000,
 
 
 def _overhead_case(case: BenchCase, repeats: int, number: int) -> list[TargetRow]:
-    from pytapp.contract import contract
+    from pytapp.contraction import contract
     from pytapp.handle import Handle
     from pytapp.product import TensorProduct
     from pytapp.tensor import TensorInfo
