@@ -20,6 +20,7 @@ of D's size when D is written directly.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from enum import Enum
 from math import prod
 from typing import Any
 
@@ -73,6 +74,17 @@ _EXACT_IN = {
     Datatype.F16: {Datatype.F16},
     Datatype.BF16: {Datatype.BF16},
 }
+
+
+class Written(Enum):
+    """Where a kernel left the product ``op_A(A) op_B(B)``, so the epilogue knows what to do."""
+
+    #: In D itself: alpha, beta C and op_D are applied in place.
+    DIRECT = "direct"
+    #: In a temporary owned by the plan: D = op_D(alpha T + beta op_C(C)) is written from it.
+    TEMP = "temp"
+    #: D is finished (blocked TTGT ran the epilogue per block): nothing left to do.
+    DONE = "done"
 
 
 def _reshape_view(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -486,7 +498,7 @@ class BlasPlan(Stateless):
 
     def _gemm(
         self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
-    ) -> tuple[Any, str, int]:
+    ) -> tuple[Any, Written, int]:
         h, m, n, k = self.h_shape, self.m, self.n, self.k
         a3, ca = self._matrix(a, (*h, m, k), threads)
         b3, cb = self._matrix(b, (*h, k, n), threads)
@@ -497,15 +509,15 @@ class BlasPlan(Stateless):
         out = self._direct_out(bound, shape)
         if out is None and self.block is not None:
             self._gemm_blocked(left, right, bound, threads)
-            return None, "done", ca + cb
+            return None, Written.DONE, ca + cb
         if self.split_batches:
             direct = out is not None
             if out is None:
                 out = np.empty(shape, dtype=self.compute)
             parallel_matmul(left, right, out, threads)
-            return out, "direct" if direct else "temp", ca + cb
+            return out, Written.DIRECT if direct else Written.TEMP, ca + cb
         result = np.matmul(left, right, out=out)
-        return result, "direct" if out is not None else "temp", ca + cb
+        return result, Written.DIRECT if out is not None else Written.TEMP, ca + cb
 
     def _gemm_blocked(
         self, left: np.ndarray, right: np.ndarray, bound: BoundProduct, threads: int | None
@@ -525,7 +537,7 @@ class BlasPlan(Stateless):
 
     def _elementwise(
         self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
-    ) -> tuple[Any, str, int]:
+    ) -> tuple[Any, Written, int]:
         h, nfa, nfb = self.h_shape, len(self.fa), len(self.fb)
         ext = self.spec.extent
         a_b = a.reshape((*h, *(ext(x) for x in self.fa), *(1,) * nfb))
@@ -535,39 +547,38 @@ class BlasPlan(Stateless):
         if out is None:
             out = np.empty(self.result_shape, dtype=self.compute)
         parallel_multiply(a_b, b_b, out, threads)
-        return out, "direct" if direct else "temp", 0
+        return out, Written.DIRECT if direct else Written.TEMP, 0
 
     def _dot(
         self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
-    ) -> tuple[Any, str, int]:
+    ) -> tuple[Any, Written, int]:
         h, k = self.h_shape, self.k
         if not h:
-            return np.dot(a.reshape(-1), b.reshape(-1)), "temp", 0
+            return np.dot(a.reshape(-1), b.reshape(-1)), Written.TEMP, 0
         a2, b2 = a.reshape((*h, k)), b.reshape((*h, k))
         out = self._direct_out(bound, h)
         if np.issubdtype(self.compute, np.complexfloating):
             result = np.einsum("...k,...k->...", a2, b2, out=out)
         else:
             result = np.vecdot(a2, b2, out=out)
-        return result, "direct" if out is not None else "temp", 0
+        return result, Written.DIRECT if out is not None else Written.TEMP, 0
 
     # ----------------------------------------------------------------- epilogue
-    def _finish(self, result: Any, mode: str, bound: BoundProduct, threads: int | None) -> None:
+    def _finish(self, result: Any, mode: Written, bound: BoundProduct, threads: int | None) -> None:
         """D = op_D(alpha * result + beta * op_C(C)) for the kernel's ``mode``.
 
-        ``direct``: the kernel wrote into D; ``temp``: ``result`` is a temporary this plan owns;
-        ``done``: the kernel finished D itself (blocked TTGT).
+        See :class:`Written`.
         """
-        if mode == "done":
+        if mode is Written.DONE:
             return
-        if mode == "direct" and bound.c is not None:  # D = op_D(alpha D + beta op_C(C))
+        if mode is Written.DIRECT and bound.c is not None:  # D = op_D(alpha D + beta op_C(C))
             spec = self.spec
             kernels.fused(bound.d, bound.d, None, bound.c, alpha=bound.alpha, beta=bound.beta,
                           conj_c=spec.c.conjugates,
                           conj_out=spec.d.conjugates,
                           threads=threads)
             return
-        if mode == "direct":
+        if mode is Written.DIRECT:
             alpha = bound.alpha
             if alpha != 1:
                 np.multiply(result, np.asarray(alpha).astype(self.compute)[()], out=result)
@@ -663,11 +674,11 @@ class BlasPlan(Stateless):
         return Status(backend="blas", algorithm=self.algorithm, flops=self.spec.flops,
                       bytes_copied=recipe[2], bytes_allocated=recipe[2])
 
-    def _learn_recipe(self, bound: BoundProduct, copied: int, mode: str) -> None:
+    def _learn_recipe(self, bound: BoundProduct, copied: int, mode: Written) -> None:
         """After a full run: remember when it was one GEMM written into D, on views of A and
         B or on small copies of them (which a reshape makes as well)."""
         spec = self.spec
-        if (self.kind != "gemm" or mode != "direct" or self.split_batches
+        if (self.kind != "gemm" or mode is not Written.DIRECT or self.split_batches
                 or self.route is not None or not (self.a_plain and self.b_plain)
                 or bound.a.dtype != self.compute or bound.b.dtype != self.compute
                 or (copied and max(spec.a.size, spec.b.size) >= kernels.SMALL_COPY)):
@@ -715,8 +726,8 @@ class BlasPlan(Stateless):
         copied = ca + cb + cm
         if self._recipe is None and executor is None:
             self._learn_recipe(bound, copied, mode)
-        temp = int(np.asarray(result).nbytes) if mode == "temp" else 0
-        if mode == "done":
+        temp = int(np.asarray(result).nbytes) if mode is Written.TEMP else 0
+        if mode is Written.DONE:
             temp = BLOCK_BYTES
         return Status(
             backend="blas", algorithm=self.algorithm, flops=spec.flops, bytes_copied=copied,
