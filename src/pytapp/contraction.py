@@ -25,6 +25,7 @@ from pytapp.operands import to_ndarray
 from pytapp.precision import Prectype, as_prectype
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
+from pytapp.typing import ArrayLike, BackendName, ElementOpLike, PrectypeLike, Scalar
 
 __all__ = ["backend_name", "clear_plan_cache", "contract", "parse_expression", "plan_cache_info",
            "shared_handle"]
@@ -148,21 +149,21 @@ def shared_handle(name: str) -> Handle:
 
 def contract(
     expr: str,
-    a: Any,
-    b: Any,
-    c: Any = None,
+    a: ArrayLike,
+    b: ArrayLike,
+    c: ArrayLike | None = None,
     *,
-    alpha: Any = 1,
-    beta: Any = None,
-    out: Any = None,
-    op_a: ElementOp = ElementOp.IDENTITY,
-    op_b: ElementOp = ElementOp.IDENTITY,
-    op_c: ElementOp = ElementOp.IDENTITY,
-    op_d: ElementOp = ElementOp.IDENTITY,
-    prec: Prectype = Prectype.DEFAULT,
+    alpha: Scalar = 1,
+    beta: Scalar | None = None,
+    out: ArrayLike | None = None,
+    op_a: ElementOpLike = ElementOp.IDENTITY,
+    op_b: ElementOpLike = ElementOp.IDENTITY,
+    op_c: ElementOpLike = ElementOp.IDENTITY,
+    op_d: ElementOpLike = ElementOp.IDENTITY,
+    prec: PrectypeLike = Prectype.DEFAULT,
     allow_broadcast: bool = False,
-    backend: str | None = None,
-) -> Any:
+    backend: BackendName | None = None,
+) -> ArrayLike:
     """Compute ``D = op_d(alpha op_a(A) op_b(B) + beta op_c(C))`` from an einsum expression.
 
     Descriptors come from the arrays' own shapes and strides; plans are cached structurally

@@ -18,6 +18,7 @@ from pytapp.attributes import Attr, TappObject
 from pytapp.backends.base import Backend
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor, default_memory_limit
+from pytapp.typing import BackendName
 
 if TYPE_CHECKING:
     from pytapp.attributes import TappObject as _Owned
@@ -64,7 +65,7 @@ class Handle(TappObject):
 
     def __init__(
         self,
-        backend: str | None = None,
+        backend: BackendName | None = None,
         *,
         library: str | os.PathLike[str] | None = None,
         abi: str | None = None,

@@ -35,6 +35,7 @@ from pytapp.expression import (
     to_numpy,
 )
 from pytapp.network import PathInfo
+from pytapp.typing import BackendName
 
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
 
@@ -56,7 +57,7 @@ def _needs_torch_op(operands: Sequence[Any]) -> bool:
 
 
 def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "auto",
-           memory_limit: Any = None, backend: str | None = None, dtype: Any = None) -> Any:
+           memory_limit: Any = None, backend: BackendName | None = None, dtype: Any = None) -> Any:
     """Evaluate an Einstein summation the way ``numpy.einsum`` does, on TAPP products.
 
     Parameters
@@ -144,7 +145,7 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
 
 
 def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
-                memory_limit: Any = None, backend: str | None = None,
+                memory_limit: Any = None, backend: BackendName | None = None,
                 dtype: Any = None) -> tuple[list[Any], PathInfo]:
     """The contraction path of an einsum and what each step does, without running it.
 
@@ -169,7 +170,7 @@ def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
 
 
 def einsum_expression(subscripts: str, *shapes_or_arrays: Any, optimize: Any = "auto",
-                      memory_limit: Any = None, backend: str | None = None,
+                      memory_limit: Any = None, backend: BackendName | None = None,
                       dtype: Any = None) -> EinsumExpression:
     """Compile an einsum for operand shapes once; call the result with arrays many times.
 
@@ -192,7 +193,7 @@ def _ndim(x: Any) -> int:
     return len(shape) if shape is not None else to_numpy(x, "operand").ndim
 
 
-def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: str | None = None) -> Any:
+def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: BackendName | None = None) -> Any:
     """``numpy.tensordot`` (and the array API's) on a TAPP product.
 
     ``axes`` is a count (the last ``axes`` modes of ``a`` with the first of ``b``) or a pair
@@ -233,7 +234,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: str | None = None) -> A
     return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
 
 
-def transpose(a: Any, axes: Sequence[int] | None = None, *, backend: str | None = None) -> Any:
+def transpose(a: Any, axes: Sequence[int] | None = None, *,
+              backend: BackendName | None = None) -> Any:
     """``numpy.transpose`` as a TAPP product (a new array, not a view).
 
     Examples

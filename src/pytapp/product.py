@@ -36,6 +36,7 @@ from pytapp.operands import Binder, BoundProduct, bind_batch
 from pytapp.precision import Prectype
 from pytapp.status import Status
 from pytapp.tensor import TensorInfo
+from pytapp.typing import ArrayLike, ElementOpLike, Labels, PrectypeLike, Scalar
 
 __all__ = ["TensorProduct"]
 
@@ -84,19 +85,19 @@ class TensorProduct(TappObject):
         self,
         handle: Handle,
         a: TensorInfo,
-        a_labels: Any,
+        a_labels: Labels,
         b: TensorInfo,
-        b_labels: Any,
+        b_labels: Labels,
         c: TensorInfo | None,
-        c_labels: Any,
+        c_labels: Labels | None,
         d: TensorInfo,
-        d_labels: Any,
+        d_labels: Labels,
         *,
-        op_a: Any = ElementOp.IDENTITY,
-        op_b: Any = ElementOp.IDENTITY,
-        op_c: Any = ElementOp.IDENTITY,
-        op_d: Any = ElementOp.IDENTITY,
-        prec: Any = Prectype.DEFAULT,
+        op_a: ElementOpLike = ElementOp.IDENTITY,
+        op_b: ElementOpLike = ElementOp.IDENTITY,
+        op_c: ElementOpLike = ElementOp.IDENTITY,
+        op_d: ElementOpLike = ElementOp.IDENTITY,
+        prec: PrectypeLike = Prectype.DEFAULT,
         allow_broadcast: bool | None = None,
         executor: Executor | None = None,
     ) -> None:
@@ -276,12 +277,12 @@ class TensorProduct(TappObject):
 
     def execute(
         self,
-        alpha: Any,
-        a: Any,
-        b: Any,
-        beta: Any,
-        c: Any,
-        d: Any,
+        alpha: Scalar,
+        a: ArrayLike,
+        b: ArrayLike,
+        beta: Scalar,
+        c: ArrayLike | None,
+        d: ArrayLike,
         executor: Executor | None = None,
     ) -> Status:
         """Compute ``D := op_D(alpha op_A(A) op_B(B) + beta op_C(C))`` into ``d``.
@@ -318,7 +319,8 @@ class TensorProduct(TappObject):
         bound = self._binder.bind(alpha, a, b, beta, c, d)
         return self._run(bound, ex)
 
-    def bind(self, alpha: Any, a: Any, b: Any, beta: Any, c: Any, d: Any) -> BoundProduct:
+    def bind(self, alpha: Scalar, a: ArrayLike, b: ArrayLike, beta: Scalar, c: ArrayLike | None,
+             d: ArrayLike) -> BoundProduct:
         """Check and bind operands once, for :meth:`run_bound` to execute many times.
 
         The bound views keep pointing at the same memory: the caller promises not to free or
@@ -335,12 +337,12 @@ class TensorProduct(TappObject):
 
     def execute_batched(
         self,
-        alpha: Any,
-        a: Sequence[Any],
-        b: Sequence[Any],
-        beta: Any,
-        c: Sequence[Any] | None,
-        d: Sequence[Any],
+        alpha: Scalar,
+        a: Sequence[ArrayLike],
+        b: Sequence[ArrayLike],
+        beta: Scalar,
+        c: Sequence[ArrayLike] | None,
+        d: Sequence[ArrayLike],
         executor: Executor | None = None,
     ) -> Status:
         """Run the product on every item of equally long operand lists.
