@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.conformance.generators import Options, make_instance, make_operand, random_values
-from pytapp.conformance.instance import Instance, OperandData
+from pytapp.conformance.instance import Instance, OperandData, Operands
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.errors import ErrorCode
 from pytapp.precision import Prectype
@@ -75,8 +75,7 @@ def _extent_error(seed: int) -> Instance:
         label = la[0] if code == 9 else next(x for x in lb if x not in la)
         labels[role] = (*labels[role], label)
         pos = len(labels[role]) - 1
-        data = item[role]
-        assert data is not None
+        data = item.need(role)
         shape = [*np.asarray(data.view).shape, 0]
         shape[pos] = shape[labels[role].index(label)] + 1
     else:
@@ -87,13 +86,12 @@ def _extent_error(seed: int) -> Instance:
         else:  # in B and D only, changed in D
             label, role = next(x for x in ld if x in lb and x not in la), "D"
         pos = labels[role].index(label)
-        data = item[role]
-        assert data is not None
+        data = item.need(role)
         shape = list(np.asarray(data.view).shape)
         shape[pos] += 1
-    item[role] = make_operand(rng, shape, inst.datatypes[role], "row")
+    item.set(role, make_operand(rng, shape, inst.datatypes[role], "row"))
     if role == "D":
-        item["C"] = make_operand(rng, shape, inst.datatypes["C"], "row")
+        item.c = make_operand(rng, shape, inst.datatypes["C"], "row")
     return _retag(inst, labels=labels, expected_code=code)
 
 
@@ -106,7 +104,7 @@ def _c_d_error(seed: int) -> Instance:
                                            extent_range=(2, 4)))
     item = inst.items[0]
     ld = list(inst.labels["D"])
-    d_shape = list(np.asarray(item["D"].view).shape)  # type: ignore[union-attr]
+    d_shape = list(np.asarray(item.d.view).shape)
     labels_c, shape_c = list(ld), list(d_shape)
     if code == 5:
         labels_c.append("Z" if isinstance(ld[0], str) else 99999)
@@ -119,7 +117,7 @@ def _c_d_error(seed: int) -> Instance:
             labels_c[0] = "Z" if isinstance(ld[0], str) else 99999
     else:
         shape_c[int(rng.integers(0, len(shape_c)))] += 1
-    item["C"] = make_operand(rng, shape_c, inst.datatypes["C"], "row")
+    item.c = make_operand(rng, shape_c, inst.datatypes["C"], "row")
     labels = dict(inst.labels)
     labels["C"] = tuple(labels_c)
     return _retag(inst, labels=labels, expected_code=code)
@@ -132,8 +130,7 @@ def _alias_error(seed: int) -> Instance:
                                            datatypes=(F64,), extent_range=(2, 4),
                                            beta_zero_prob=1.0, c_none_when_beta_zero=True))
     item = inst.items[0]
-    d = item["D"]
-    assert d is not None
+    d = item.d
     view = np.asarray(d.view)
     strides = list(view.strides)
     if len(strides) >= 2 and rng.random() < 0.5:  # two modes with the same stride
@@ -142,8 +139,8 @@ def _alias_error(seed: int) -> Instance:
     else:
         strides[int(rng.integers(0, len(strides)))] = 0
     aliased = np.lib.stride_tricks.as_strided(view, view.shape, strides)
-    item["D"] = replace(d, view=aliased)
-    item["C"] = None
+    item.d = replace(d, view=aliased)
+    item.c = None
     return _retag(inst, expected_code=int(ErrorCode.D_ALIASING))
 
 
@@ -171,7 +168,7 @@ def _out_of_bounds(seed: int) -> Instance:
                                            extent_range=(2, 4)))
     side = ("past_end", "before_start")[seed % 2]
     role = "ABCD"[(seed // 2) % 4]
-    if role == "C" and inst.items[0]["C"] is None:
+    if role == "C" and inst.items[0].c is None:
         role = "D"
     return _retag(inst, expected_code=19, scenario=f"oob_{role}_{side}")
 
@@ -202,11 +199,9 @@ def _nan_c(seed: int) -> Instance:
                                            beta_zero_prob=1.0, c_none_when_beta_zero=False))
     item = inst.items[0]
     if seed % 2 == 0:
-        item["C"] = None
+        item.c = None
     else:
-        c = item["C"]
-        assert c is not None
-        c.parent[...] = np.nan
+        item.need("C").parent[...] = np.nan
     return _retag(inst, beta=0.0, note="beta=0: C never read")
 
 
@@ -216,7 +211,7 @@ def _in_place(seed: int) -> Instance:
     item = inst.items[0]
     dts = dict(inst.datatypes)
     dts["C"] = dts["D"]
-    item["C"] = item["D"]
+    item.c = item.d
     return _retag(inst, datatypes=dts, c_is_d=True)
 
 
@@ -227,16 +222,15 @@ def _overlap(seed: int) -> Instance:
                                            datatypes=(F64, C64)))
     item = inst.items[0]
     role = "A" if rng.random() < 0.5 else "B"
-    src, d = item[role], item["D"]
-    assert src is not None and d is not None
+    src, d = item.need(role), item.d
     a_shape, d_shape = np.asarray(src.view).shape, np.asarray(d.view).shape
     n_a, n_d = int(np.prod(a_shape)), int(np.prod(d_shape))
     shift = int(rng.integers(0, max(n_a, 1)))
     parent = random_values(rng, (n_a + n_d + shift,), inst.datatypes["D"])
     dts = dict(inst.datatypes)
     dts[role] = inst.datatypes["D"]
-    item[role] = OperandData(parent[:n_a].reshape(a_shape), parent)
-    item["D"] = OperandData(parent[shift:shift + n_d].reshape(d_shape), parent)
+    item.set(role, OperandData(parent[:n_a].reshape(a_shape), parent))
+    item.d = OperandData(parent[shift:shift + n_d].reshape(d_shape), parent)
     return _retag(inst, datatypes=dts, note=f"D overlaps {role}")
 
 
@@ -245,12 +239,14 @@ def _batched(seed: int) -> Instance:
                                             beta_zero_prob=0.3, c_none_when_beta_zero=False))
     rng = np.random.default_rng([37, seed, 1])
     items = [first.items[0]]
-    for _ in range(int(rng.integers(1, 4))):
-        item = {}
-        for role, data in first.items[0].items():
-            item[role] = None if data is None else make_operand(
-                rng, np.asarray(data.view).shape, first.datatypes[role], "row")
-        items.append(item)
+    base = first.items[0]
+
+    def fresh(role: str, data: OperandData) -> OperandData:
+        return make_operand(rng, np.asarray(data.view).shape, first.datatypes[role], "row")
+
+    for _ in range(int(rng.integers(1, 4))):  # arguments run in order: A, B, C, D as before
+        items.append(Operands(fresh("A", base.a), fresh("B", base.b),
+                              None if base.c is None else fresh("C", base.c), fresh("D", base.d)))
     return _retag(first, items=items, batched=True)
 
 

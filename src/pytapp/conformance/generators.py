@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.letters import LETTERS
-from pytapp.conformance.instance import Instance, OperandData
+from pytapp.conformance.instance import Instance, OperandData, Operands
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.precision import Prectype
 
@@ -214,17 +214,18 @@ def make_instance(case: int, seed: int, opts: Options) -> Instance:
     beta = 0.0 if rng.random() < opts.beta_zero_prob else _scalar(rng, d_complex)
     layouts = list(opts.layouts)
     shared = str(rng.choice(layouts))
-    items: dict[str, OperandData | None] = {}
+    items: dict[str, OperandData] = {}
     for role in "ABCD":
         kind = str(rng.choice(layouts)) if opts.layout_each else shared
         if role in "CD" and kind.startswith("zero"):
             kind = "row"
         ext = [extents[x] for x in labels[role]]
         items[role] = make_operand(rng, ext, dts[role], kind)
+    operands = Operands(items["A"], items["B"], items["C"], items["D"])
     if beta == 0 and opts.c_none_when_beta_zero and rng.random() < 0.5:
-        items["C"] = None
+        operands.c = None
     return Instance(
-        case=case, seed=seed, labels=labels, datatypes=dts, items=[items], ops=ops,
+        case=case, seed=seed, labels=labels, datatypes=dts, items=[operands], ops=ops,
         prec=prec, alpha=alpha, beta=beta,
     )
 

@@ -16,7 +16,7 @@ from pytapp.analysis.letters import einsum_text
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.precision import Prectype
 
-__all__ = ["Instance", "OperandData"]
+__all__ = ["Instance", "OperandData", "Operands"]
 
 
 @dataclass
@@ -34,11 +34,53 @@ class OperandData:
 
 
 @dataclass
+class Operands:
+    """The operands of one product: A, B and D always, C when the product is given one."""
+
+    a: OperandData
+    b: OperandData
+    c: OperandData | None
+    d: OperandData
+
+    def get(self, role: str) -> OperandData | None:
+        """The operand of ``role`` (``'A'``, ``'B'``, ``'C'`` or ``'D'``)."""
+        data: OperandData | None = getattr(self, role.lower())
+        return data
+
+    def need(self, role: str) -> OperandData:
+        """The operand of ``role``, which must be present.
+
+        Raises
+        ------
+        ValueError
+            When ``role`` is C and the product has none.
+        """
+        data = self.get(role)
+        if data is None:
+            raise ValueError(f"this instance has no {role}")
+        return data
+
+    def set(self, role: str, data: OperandData | None) -> None:
+        """Replace the operand of ``role`` (only C may become ``None``)."""
+        if data is None and role != "C":
+            raise ValueError(f"{role} cannot be absent")
+        setattr(self, role.lower(), data)
+
+    def view(self, role: str) -> Any:
+        """The view handed to the backend for ``role`` (``None`` for an absent C)."""
+        data = self.get(role)
+        return None if data is None else data.view
+
+    def roles(self) -> dict[str, OperandData | None]:
+        """Every role with its operand, in the order A, B, C, D."""
+        return {r: self.get(r) for r in "ABCD"}
+
+
+@dataclass
 class Instance:
     """Everything needed to run one product and judge the result.
 
-    ``items`` holds one operand set per batch item (one item unless ``batched``); each set is
-    a dict with keys ``'A'``, ``'B'``, ``'C'`` (``None`` when absent) and ``'D'``.
+    ``items`` holds one :class:`Operands` per batch item (one item unless ``batched``).
     ``expected_code`` is the TAPP error the run must raise (``None``: it must succeed), and
     ``scenario`` names a misuse the runner performs (see :mod:`pytapp.conformance.runner`).
     """
@@ -47,7 +89,7 @@ class Instance:
     seed: int
     labels: dict[str, tuple[Hashable, ...]]
     datatypes: dict[str, Datatype]
-    items: list[dict[str, OperandData | None]]
+    items: list[Operands]
     ops: dict[str, ElementOp] = field(default_factory=dict)
     prec: Prectype = Prectype.DEFAULT
     alpha: complex | float = 1.0

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.letters import words
-from pytapp.conformance.instance import Instance, OperandData
+from pytapp.conformance.instance import Instance, OperandData, Operands
 from pytapp.datatypes import Datatype, ElementOp
 from pytapp.precision import compute_rule, tiny_floor, tolerance_factor, within_tolerance
 
@@ -86,14 +86,13 @@ def _view_in(parent: np.ndarray, data: OperandData) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat[offset:], view.shape, strides)
 
 
-def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expected:
+def expected_result(inst: Instance, item: Operands) -> Expected:
     """Compute the expected parent of D for one batch item of ``inst``."""
     dts = dict(inst.datatypes)
-    if item["C"] is None:  # the plan then gives C the descriptor (and datatype) of D
+    if item.c is None:  # the plan then gives C the descriptor (and datatype) of D
         dts["C"] = dts["D"]
     rule = compute_rule(inst.prec, (dts["A"], dts["B"], dts["C"], dts["D"]))
-    data_a, data_b, data_d = item["A"], item["B"], item["D"]
-    assert data_a is not None and data_b is not None and data_d is not None
+    data_a, data_b, data_d = item.a, item.b, item.d
     def operand(role: str, data: OperandData) -> tuple[np.ndarray, tuple[Hashable, ...]]:
         view, uniq = _diagonal(np.asarray(data.view), inst.labels[role])
         val = _rounded(view, dts[role], rule.input_round)
@@ -124,7 +123,7 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
         with np.errstate(invalid="ignore", over="ignore"):
             value = alpha * product
             bound = abs(alpha) * magnitude
-    data_c = item["C"]
+    data_c = item.c
     if beta != 0 and data_c is not None:
         c_src = data_d if inst.c_is_d else data_c
         c_parent = _wide(c_src.parent)
@@ -156,13 +155,10 @@ def expected_result(inst: Instance, item: dict[str, OperandData | None]) -> Expe
     )
 
 
-def _label_extents(
-    inst: Instance, item: dict[str, OperandData | None]
-) -> dict[Hashable, int]:
+def _label_extents(inst: Instance, item: Operands) -> dict[Hashable, int]:
     out: dict[Hashable, int] = {}
     for role in "ABD":
-        data = item[role]
-        assert data is not None
+        data = item.need(role)
         out.update(zip(inst.labels[role], np.asarray(data.view).shape, strict=True))
     return out
 

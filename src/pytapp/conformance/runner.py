@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.attributes import Attr
 from pytapp.conformance.cases import CASES
 from pytapp.conformance.instance import Instance, OperandData
 from pytapp.conformance.oracle import Expected, check_result, expected_result
+from pytapp.conformance.scenarios import SCENARIOS, Call, Scenario
 from pytapp.errors import ErrorCode, TappError
 from pytapp.executor import Executor
 from pytapp.handle import Handle
@@ -67,20 +67,14 @@ def _info(data: OperandData | None) -> TensorInfo | None:
     return None if data is None else TensorInfo.from_array(np.asarray(data.view))
 
 
-def _oob_info(data: OperandData, side: str) -> TensorInfo:
-    """The operand's descriptor with one stride changed so its footprint leaves the allocation.
-
-    Needs a mode of extent > 1 (the case draws extents of at least 2).
-    """
-    view = np.asarray(data.view)
-    info = TensorInfo.from_array(view)
-    m = max(range(info.nmodes), key=lambda i: info.extents[i])
-    strides = list(info.strides)
-    if side == "past_end":
-        strides[m] = data.parent.size + 1
-    else:
-        strides[m] = -(data.parent.size + 1)
-    return info.with_strides(strides)
+def _scenario(inst: Instance) -> Scenario | None:
+    if not inst.scenario:
+        return None
+    try:
+        return SCENARIOS[inst.scenario]
+    except KeyError:
+        raise ValueError(f"unknown scenario {inst.scenario!r}; known: "
+                         f"{', '.join(sorted(SCENARIOS))}") from None
 
 
 def execute_instance(inst: Instance, backend: str, threads: int | None = None) -> None:
@@ -88,98 +82,47 @@ def execute_instance(inst: Instance, backend: str, threads: int | None = None) -
 
     ``threads`` runs it on an executor with that thread count.
     """
-    sc = inst.scenario or ""
     item = inst.items[0]
-    if sc == "unknown_backend":
-        Handle("no-such-backend")
-    handle = Handle(backend)
-    infos = {r: _info(item[r]) for r in "ABCD"}
-    data = {r: (None if item[r] is None else item[r].view) for r in "ABCD"}  # type: ignore[union-attr]
-    labels = dict(inst.labels)
-    alpha, beta = inst.alpha, inst.beta
-    kwargs: dict[str, Any] = {f"op_{r.lower()}": inst.ops.get(r, 0) for r in "ABCD"}
-    kwargs["prec"] = inst.prec
-    kwargs["allow_broadcast"] = inst.allow_broadcast
-    if sc.startswith("oob_"):
-        _, role, side = sc.split("_", 2)
-        src = item[role]
-        assert src is not None
-        infos[role] = _oob_info(src, side)
-    if sc == "label_not_in_inputs":
-        labels["D"] = (*labels["D"][:-1], "__nowhere__") if labels["D"] else labels["D"]
-        labels["C"] = labels["D"]
-        kwargs["allow_broadcast"] = False
-    if sc == "repeated_d_extent":  # a broadcast label twice in D, with two extents
-        d_info = infos["D"]
-        assert d_info is not None
-        infos["D"] = infos["C"] = TensorInfo(d_info.datatype, (*d_info.extents, 2, 3))
-        labels["D"] = labels["C"] = (*labels["D"], "__bcast__", "__bcast__")
-        kwargs["allow_broadcast"] = True
-    if sc == "label_count":
-        labels["A"] = (*labels["A"], "extra")
-    if sc == "negative_extent":
-        infos["A"] = TensorInfo(infos["A"].datatype, (-1,))  # type: ignore[union-attr]
-    if sc == "bad_datatype":
-        infos["A"] = TensorInfo(99, infos["A"].extents)  # type: ignore[union-attr]
-    if sc == "bad_prec":
-        kwargs["prec"] = 99
-    if sc == "bad_op":
-        kwargs["op_b"] = 7
-    c_info = infos["C"]
-    c_labels = labels["C"] if c_info is not None else None
-    plan = TensorProduct(
-        handle,
-        infos["A"], labels["A"], infos["B"], labels["B"],  # type: ignore[arg-type]
-        c_info, c_labels, infos["D"], labels["D"],  # type: ignore[arg-type]
-        **kwargs,
+    roles = item.roles()
+    options: dict[str, Any] = {f"op_{r.lower()}": inst.ops.get(r, 0) for r in "ABCD"}
+    options.update(prec=inst.prec, allow_broadcast=inst.allow_broadcast)
+    call = Call(inst, item, backend, infos={r: _info(x) for r, x in roles.items()},
+                labels=dict(inst.labels), options=options,
+                data={r: item.view(r) for r in "ABCD"}, alpha=inst.alpha, beta=inst.beta,
+                executor=None if threads is None else Executor(threads=threads))
+    scenario = _scenario(inst)
+    if scenario is not None:
+        scenario.before_plan(call)
+    c_info = call.infos["C"]
+    call.plan = TensorProduct(
+        Handle(backend),
+        call.info("A"), call.labels["A"], call.info("B"), call.labels["B"],
+        c_info, call.labels["C"] if c_info is not None else None,
+        call.info("D"), call.labels["D"],
+        **call.options,
     )
-    executor: Any = None if threads is None else Executor(threads=threads)
-    if sc == "c_missing":
-        data["C"], beta = None, 1.0
-    if sc == "dtype_mismatch":
-        a = np.asarray(data["A"])
-        swap = {"float32": np.float64, "complex64": np.complex128, "complex128": np.complex64}
-        data["A"] = a.astype(swap.get(a.dtype.name, np.float32))
-    if sc == "bad_scalar":
-        alpha = 1e300 if inst.datatypes["D"].is_complex else complex(1, 2)
-        if inst.datatypes["D"].itemsize >= 16:
-            alpha = "one"  # type: ignore[assignment]
-    if sc == "readonly_d":
-        view = np.asarray(data["D"]).view()
-        view.flags.writeable = False
-        data["D"] = view
-    if sc == "destroyed":
-        plan.destroy()
-    if sc == "foreign_executor":
-        executor = Executor(Handle(backend))
-    if sc == "bad_executor":
-        executor = "cpu"
-    if sc == "attr_key":
-        plan.get_attr(Attr.NUM_THREADS)
-    if sc == "batch_length":
-        plan.execute_batched(alpha, [data["A"]] * 2, [data["B"]], beta, None, [data["D"]])
-        return
+    if scenario is not None:
+        scenario.after_plan(call)
+        if scenario.run is not None:
+            scenario.run(call)
+            return
     if inst.batched:
-        plan.execute_batched(
-            alpha,
-            [it["A"].view for it in inst.items],  # type: ignore[union-attr]
-            [it["B"].view for it in inst.items],  # type: ignore[union-attr]
-            beta,
-            [None if it["C"] is None else it["C"].view for it in inst.items],
-            [it["D"].view for it in inst.items],  # type: ignore[union-attr]
-            executor,
-        )
+        call.plan.execute_batched(
+            call.alpha, [it.a.view for it in inst.items], [it.b.view for it in inst.items],
+            call.beta, [it.view("C") for it in inst.items], [it.d.view for it in inst.items],
+            call.executor)
         return
-    plan.execute(alpha, data["A"], data["B"], beta, data["C"], data["D"], executor)
+    d = call.data
+    call.plan.execute(call.alpha, d["A"], d["B"], call.beta, d["C"], d["D"], call.executor)
 
 
 def _snapshot(inst: Instance) -> list[np.ndarray]:
-    return [it["D"].parent.copy() for it in inst.items]  # type: ignore[union-attr]
+    return [it.d.parent.copy() for it in inst.items]
 
 
 def _unchanged(inst: Instance, before: list[np.ndarray]) -> bool:
     for it, old in zip(inst.items, before, strict=True):
-        new = it["D"].parent  # type: ignore[union-attr]
+        new = it.d.parent
         if new.tobytes() != old.tobytes():
             return False
     return True
@@ -217,7 +160,7 @@ def run_instance(inst: Instance, backend: str, threads: int | None = None) -> Ou
         return Outcome(inst.case, inst.seed, FAIL,
                        f"expected error {inst.expected_code}, but it succeeded", desc)
     for k, (it, exp) in enumerate(zip(inst.items, expected, strict=True)):
-        ok, why = check_result(it["D"].parent, exp)  # type: ignore[union-attr]
+        ok, why = check_result(it.d.parent, exp)
         if not ok:
             prefix = f"batch item {k}: " if inst.batched else ""
             return Outcome(inst.case, inst.seed, FAIL, prefix + why, desc)

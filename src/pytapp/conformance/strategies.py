@@ -57,10 +57,10 @@ def _addressed(data: OperandData) -> np.ndarray:
 
 def _canaries(inst: Instance) -> None:
     """NaN in every input allocation outside the addressed elements."""
-    d_parents = {id(it["D"].parent) for it in inst.items if it["D"] is not None}
+    d_parents = {id(it.d.parent) for it in inst.items}
     for item in inst.items:
         for role in "ABC":
-            data = item[role]
+            data = item.get(role)
             if data is None or id(data.parent) in d_parents or data.parent.size == 0:
                 continue
             outside = ~_addressed(data)
@@ -104,10 +104,10 @@ def products(draw: st.DrawFn, datatypes: tuple[Datatype, ...] = tuple(Datatype),
         if draw(st.integers(0, 4)) == 0:
             beta = draw(scalars)
             item = inst.items[0]
-            if beta != 0 and item["C"] is None:
-                ext = np.asarray(item["D"].view).shape  # type: ignore[union-attr]
+            if beta != 0 and item.c is None:
+                ext = np.asarray(item.d.view).shape
                 rng = np.random.default_rng(seed)
-                item["C"] = make_operand(rng, ext, inst.datatypes["C"], "row")
+                item.c = make_operand(rng, ext, inst.datatypes["C"], "row")
             inst = replace(inst, beta=beta)
     _canaries(inst)
     return inst
