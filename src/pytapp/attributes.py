@@ -14,8 +14,9 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, TypeVar
 
 from pytapp.errors import ErrorCode, error_for
@@ -41,21 +42,26 @@ class Attr(IntEnum):
 
 
 class AttributeStore:
-    """Mixin: ``set_attr``, ``get_attr``, ``clear_attr`` with per-class key validation."""
+    """Mixin: ``set_attr``, ``get_attr``, ``clear_attr`` with per-class key validation.
+
+    Standard keys listed in ``_attr_fields`` are views of the object's typed fields (the
+    fields are the source of truth; ``None`` means not set); every other key lives in a
+    dictionary.
+    """
 
     #: Standard keys this object accepts.
     _attr_keys: ClassVar[frozenset[int]] = frozenset()
     #: Standard keys that are set by the object itself and cannot be changed.
     _attr_readonly: ClassVar[frozenset[int]] = frozenset()
-
-    def __init__(self) -> None:
-        self._attrs: dict[int, Any] = {}
+    #: Standard keys kept in typed fields: key -> field name.
+    _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType({})
 
     def _attr_store(self) -> dict[int, Any]:
-        store: dict[int, Any] | None = getattr(self, "_attrs", None)
-        if store is None:
-            store = {}
-            object.__setattr__(self, "_attrs", store)
+        # Created on first use: dataclass subclasses (Status) never call this __init__.
+        try:
+            store: dict[int, Any] = self.__dict__["_attrs"]
+        except KeyError:
+            store = self.__dict__["_attrs"] = {}
         return store
 
     def _check_key(self, key: int) -> int:
@@ -85,7 +91,10 @@ class AttributeStore:
         return k
 
     def _set_attr_internal(self, key: int, value: Any) -> None:
-        self._attr_store()[int(key)] = value
+        if key in self._attr_fields:
+            setattr(self, self._attr_fields[key], value)
+        else:
+            self._attr_store()[int(key)] = value
 
     def set_attr(self, key: int, value: Any) -> None:
         """Set attribute ``key`` to ``value``.
@@ -97,7 +106,7 @@ class AttributeStore:
         """
         k = self._writable_key(key)
         self._on_set_attr(k, value)
-        self._attr_store()[k] = value
+        self._set_attr_internal(k, value)
 
     def _on_set_attr(self, key: int, value: Any) -> None:
         """Hook for subclasses to validate a value before it is stored."""
@@ -111,13 +120,13 @@ class AttributeStore:
             Code 26 when the key is not set or not valid for this object.
         """
         k = self._check_key(key)
-        store = self._attr_store()
-        if k not in store:
+        value = self.attributes().get(k)
+        if value is None:
             name = Attr(k).name if k < BACKEND_KEYS else f"{k:#x}"
             raise error_for(
                 ErrorCode.ATTRIBUTE_KEY, f"attribute {name} is not set on {type(self).__name__}"
             )
-        return store[k]
+        return value
 
     def clear_attr(self, key: int) -> None:
         """Remove attribute ``key`` (no error when it was not set).
@@ -127,11 +136,20 @@ class AttributeStore:
         AttributeKeyError
             Code 26 for a key not valid for this object or read-only here.
         """
-        self._attr_store().pop(self._writable_key(key), None)
+        k = self._writable_key(key)
+        if k in self._attr_fields:
+            setattr(self, self._attr_fields[k], None)
+        else:
+            self._attr_store().pop(k, None)
 
     def attributes(self) -> dict[int, Any]:
         """A copy of every attribute that is set."""
-        return dict(self._attr_store())
+        out = {k: v for k, v in self._attr_store().items() if v is not None}
+        for k, name in self._attr_fields.items():
+            value = getattr(self, name)
+            if value is not None:
+                out[k] = value
+        return out
 
 
 _T = TypeVar("_T", bound="TappObject")

@@ -10,9 +10,10 @@ Examples
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from pytapp.attributes import Attr, TappObject
 from pytapp.errors import ErrorCode, error_for
@@ -108,6 +109,17 @@ class Executor(TappObject):
     _attr_keys = frozenset(
         {Attr.NUM_THREADS, Attr.DEVICE, Attr.VERIFY, Attr.AUTOTUNE, Attr.MEMORY_LIMIT}
     )
+    _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType({
+        Attr.NUM_THREADS: "threads", Attr.DEVICE: "_device", Attr.VERIFY: "_verify",
+        Attr.AUTOTUNE: "_autotune", Attr.MEMORY_LIMIT: "memory_limit"})
+
+    #: Threads for BLAS/OpenMP pools during a product (``None``: the libraries' setting).
+    threads: int | None
+    #: Workspace limit checked at execution (bytes; ``None``: only the handle's at creation).
+    memory_limit: int | None
+    _device: str | None
+    _verify: bool | None
+    _autotune: bool | None
 
     def __init__(
         self,
@@ -128,6 +140,7 @@ class Executor(TappObject):
         #: The ``distributed.Client`` products run on (``None``: this process).
         self.dask = dask
         self.progress = progress
+        self.memory_limit = None
         self.set_attr(Attr.NUM_THREADS, threads)
         self.set_attr(Attr.DEVICE, device)
         self.set_attr(Attr.VERIFY, bool(verify))
@@ -154,29 +167,19 @@ class Executor(TappObject):
             )
 
     @property
-    def threads(self) -> int | None:
-        """Thread count (``None``: the libraries' own setting)."""
-        value: int | None = self.get_attr(Attr.NUM_THREADS)
-        return value
-
-    @property
     def device(self) -> str:
-        """Device string."""
-        return str(self.get_attr(Attr.DEVICE))
+        """Device string (``'cpu'`` unless set)."""
+        return self._device or "cpu"
 
     @property
     def verify(self) -> bool:
         """Whether products are checked against the reference backend."""
-        return bool(self.get_attr(Attr.VERIFY))
+        return bool(self._verify)
 
     @property
     def autotune(self) -> bool:
         """Whether ``auto`` may time candidate backends."""
-        return bool(self.get_attr(Attr.AUTOTUNE))
-
-
-
-
+        return bool(self._autotune)
 
     def __repr__(self) -> str:
         return (

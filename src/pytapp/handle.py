@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytapp import backends
 from pytapp.attributes import Attr, TappObject
@@ -62,6 +64,15 @@ class Handle(TappObject):
 
     _attr_keys = frozenset({Attr.BACKEND, Attr.ALLOW_BROADCAST, Attr.MEMORY_LIMIT, Attr.LIBRARY})
     _attr_readonly = frozenset({Attr.BACKEND, Attr.LIBRARY})
+    _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType({
+        Attr.BACKEND: "backend_name", Attr.ALLOW_BROADCAST: "allow_broadcast",
+        Attr.MEMORY_LIMIT: "_memory_limit", Attr.LIBRARY: "library"})
+
+    #: Default of ALLOW_BROADCAST for products created through this handle.
+    allow_broadcast: bool | None
+    #: The shared library of backend ``clib`` (``None`` for other backends).
+    library: str | None
+    _memory_limit: int | None
 
     def __init__(
         self,
@@ -74,6 +85,7 @@ class Handle(TappObject):
         super().__init__()
         self._plans: weakref.WeakSet[_Owned] = weakref.WeakSet()
         self._default_limit: int | None = None
+        self._memory_limit = None
         name = backend if backend is not None else default_backend_name()
         if not isinstance(name, str) or not name:
             raise error_for(
@@ -98,9 +110,7 @@ class Handle(TappObject):
         if abi is not None and name != "clib":
             raise error_for(ErrorCode.UNSUPPORTED, f"abi= is for backend 'clib', not {name!r}")
         self._backend: Backend = backends.get(name, library=library, abi=abi)
-        if library is not None:
-            self._set_attr_internal(Attr.LIBRARY, library)
-        self._set_attr_internal(Attr.BACKEND, self._backend.name)
+        self.library = library
         self.set_attr(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
 
     def _on_set_attr(self, key: int, value: Any) -> None:
@@ -149,9 +159,8 @@ class Handle(TappObject):
         ...     h.memory_limit()
         1048576
         """
-        limit = self._attr_store().get(Attr.MEMORY_LIMIT)
-        if limit is not None:
-            return int(limit)
+        if self._memory_limit is not None:
+            return int(self._memory_limit)
         if self._default_limit is None:
             self._default_limit = default_memory_limit()
         return self._default_limit

@@ -20,8 +20,9 @@ Examples
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from pytapp.analysis.labels import normalize_labels
 from pytapp.analysis.spec import ContractionSpec, build_spec
@@ -80,6 +81,12 @@ class TensorProduct(TappObject):
 
     _attr_keys = frozenset({Attr.ALLOW_BROADCAST, Attr.ALGORITHM, Attr.BACKEND})
     _attr_readonly = frozenset({Attr.ALLOW_BROADCAST, Attr.ALGORITHM, Attr.BACKEND})
+    _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType({
+        Attr.ALLOW_BROADCAST: "allow_broadcast", Attr.ALGORITHM: "algorithm",
+        Attr.BACKEND: "backend_name"})
+
+    #: Whether labels only in D (Case 5) are accepted.
+    allow_broadcast: bool
 
     def __init__(
         self,
@@ -120,7 +127,7 @@ class TensorProduct(TappObject):
         labels = {r: normalize_labels(raw[r], infos[r].nmodes, r) for r in "ABCD"}
         ops = {"A": op_a, "B": op_b, "C": op_c, "D": op_d}
         if allow_broadcast is None:
-            allow_broadcast = bool(handle.get_attr(Attr.ALLOW_BROADCAST))
+            allow_broadcast = bool(handle.allow_broadcast)
         items = {
             r: (infos[r].datatype, infos[r].extents, infos[r].strides, labels[r], ops[r])
             for r in "ABCD"
@@ -140,9 +147,7 @@ class TensorProduct(TappObject):
         self._plan: BackendPlan | None = plan
         self._algorithm = plan.algorithm
         self._binder = Binder(self.spec)
-        self._set_attr_internal(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
-        self._set_attr_internal(Attr.BACKEND, handle.backend_name)
-        self._set_attr_internal(Attr.ALGORITHM, plan.algorithm)
+        self.allow_broadcast = bool(allow_broadcast)
         handle._register(self)
 
     def _check_memory(self, limit: int, source: str) -> None:
@@ -230,10 +235,8 @@ class TensorProduct(TappObject):
     def _executor(self, executor: Any) -> Executor | None:
         """Validate an execution's executor (type, lifetime, handle, memory limit)."""
         checked = self._valid_executor(executor)
-        if checked is not None:
-            limit = checked.attributes().get(Attr.MEMORY_LIMIT)
-            if limit is not None:
-                self._check_memory(int(limit), "the executor's MEMORY_LIMIT")
+        if checked is not None and checked.memory_limit is not None:
+            self._check_memory(checked.memory_limit, "the executor's MEMORY_LIMIT")
         return checked
 
     def _valid_executor(self, executor: Any) -> Executor | None:

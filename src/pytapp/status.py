@@ -9,8 +9,10 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import ClassVar
 
 from pytapp.attributes import Attr, TappObject
 
@@ -49,15 +51,8 @@ class Status(TappObject):
 
     _attr_keys = frozenset({Attr.BACKEND, Attr.ALGORITHM})
     _attr_readonly = frozenset({Attr.BACKEND, Attr.ALGORITHM})
-
-    def get_attr(self, key: int) -> Any:
-        """Attributes BACKEND and ALGORITHM mirror the fields; other keys as usual."""
-        k = self._check_key(key)
-        if k == Attr.BACKEND:
-            return self.backend
-        if k == Attr.ALGORITHM:
-            return self.algorithm
-        return super().get_attr(k)
+    _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType(
+        {Attr.BACKEND: "backend", Attr.ALGORITHM: "algorithm"})
 
     @property
     def gflops_per_second(self) -> float:

@@ -49,6 +49,31 @@ def test_attributes_on_every_object() -> None:
     assert status.get_attr(Attr.BACKEND) == "reference"
 
 
+def test_standard_attributes_are_views_of_the_typed_fields() -> None:
+    ex = pytapp.Executor(threads=2, verify=True)
+    assert ex.get_attr(Attr.NUM_THREADS) == 2 and ex.get_attr(Attr.VERIFY) is True
+    ex.set_attr(Attr.NUM_THREADS, 3)
+    ex.set_attr(Attr.MEMORY_LIMIT, 1 << 20)
+    assert ex.threads == 3 and ex.memory_limit == 1 << 20
+    assert ex.attributes()[Attr.NUM_THREADS] == 3
+    ex.clear_attr(Attr.NUM_THREADS)
+    ex.clear_attr(Attr.DEVICE)
+    assert ex.threads is None and ex.device == "cpu"
+    with pytest.raises(pytapp.AttributeKeyError):
+        ex.get_attr(Attr.NUM_THREADS)  # None: not set
+    with pytest.raises(pytapp.ExecutorError):
+        ex.set_attr(Attr.NUM_THREADS, 0)
+    assert ex.threads is None  # a refused value changes nothing
+    h = Handle("reference", allow_broadcast=True)
+    assert h.allow_broadcast is True and h.get_attr(Attr.ALLOW_BROADCAST) is True
+    h.set_attr(Attr.MEMORY_LIMIT, 4096)
+    assert h.memory_limit() == 4096
+    h.clear_attr(Attr.MEMORY_LIMIT)
+    assert h.memory_limit() > 4096  # half the available memory, read once
+    with pytest.raises(pytapp.AttributeKeyError):
+        h.get_attr(Attr.LIBRARY)  # not a clib handle
+
+
 def test_lifecycle_and_context_managers() -> None:
     with Handle("reference") as h:
         info = TensorInfo(Datatype.F64, (2,))
