@@ -17,8 +17,10 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +38,8 @@ from pytapp.tensor import TensorInfo
 
 __all__ = ["Network", "PathInfo", "Prepared", "Step", "prepare_labels", "resolve_path",
            "result_shape"]
+
+_log = logging.getLogger("pytapp")
 
 #: Most TAPP plans one step keeps (one per operand layout and datatype).
 STEP_PLAN_CACHE = 16
@@ -254,8 +258,12 @@ class Network:
                               for t, s in zip(equation.inputs, self.shapes, strict=True))
         inputs = [frozenset(p.labels) for p in self.prepared]
         limit = self._limit(memory_limit)
+        start = time.perf_counter()
         self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
         self.steps = self._steps()
+        _log.info("network %s: path %s (optimize=%r) in %.3f ms, %d pairwise steps",
+                  equation, self.path, optimize, 1e3 * (time.perf_counter() - start),
+                  len(self.steps))
         self._out_shapes = [tuple(self.sizes[ch] for ch in st.out_labels) for st in self.steps]
         self._plans: list[OrderedDict[Any, TensorProduct]] = [OrderedDict() for _ in self.steps]
         self._buffers: dict[tuple[int, Datatype], np.ndarray] = {}

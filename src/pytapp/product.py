@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -40,6 +41,13 @@ from pytapp.tensor import TensorInfo
 from pytapp.typing import ArrayLike, ElementOpLike, Labels, PrectypeLike, Scalar
 
 __all__ = ["TensorProduct"]
+
+_log = logging.getLogger("pytapp")
+
+
+def _log_status(status: Status) -> None:
+    _log.info("execute on %s in %.3f ms: %s (%d bytes copied)", status.backend,
+              1e3 * status.seconds, status.algorithm, status.bytes_copied)
 
 
 def _check_info(info: Any, role: str) -> TensorInfo:
@@ -136,6 +144,7 @@ class TensorProduct(TappObject):
             items["A"], items["B"], items["C"], items["D"], prec, bool(allow_broadcast)
         )
         self.infos = (infos["A"], infos["B"], infos["C"], infos["D"])
+        start = time.perf_counter()
         plan = handle.backend.plan(self.spec, self._valid_executor(executor))
         self.workspace_bytes = int(getattr(plan, "workspace_bytes", 0))
         try:
@@ -148,6 +157,10 @@ class TensorProduct(TappObject):
         self._algorithm = plan.algorithm
         self._binder = Binder(self.spec)
         self.allow_broadcast = bool(allow_broadcast)
+        if _log.isEnabledFor(logging.INFO):
+            _log.info("plan %s on %s in %.3f ms: %s (workspace %d bytes)", self.spec.einsum(),
+                      handle.backend_name, 1e3 * (time.perf_counter() - start), plan.algorithm,
+                      self.workspace_bytes)
         handle._register(self)
 
     def _check_memory(self, limit: int, source: str) -> None:
@@ -262,6 +275,8 @@ class TensorProduct(TappObject):
         status = plan.run(bound, None)
         status.seconds = time.perf_counter() - start
         status.bytes_copied += bound.bytes_copied
+        if _log.isEnabledFor(logging.INFO):
+            _log_status(status)
         return status
 
     def _run(self, bound: BoundProduct, executor: Executor | None) -> Status:
@@ -276,6 +291,8 @@ class TensorProduct(TappObject):
         if not executor.verify:
             status.seconds = time.perf_counter() - start
         status.bytes_copied += bound.bytes_copied
+        if _log.isEnabledFor(logging.INFO):
+            _log_status(status)
         return status
 
     def execute(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,8 @@ from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
 __all__ = ["CANDIDATES", "AutoBackend", "AutoPlan", "call_overheads"]
+
+_log = logging.getLogger("pytapp")
 
 #: Backends ``auto`` may choose, in order of preference when the model has no opinion.
 CANDIDATES = ("blas", "torch", "tblis", "reference")
@@ -327,6 +330,8 @@ class AutoPlan:
         self.measured = dict(times)
         if times:
             self.choice = min(times, key=lambda n: times[n])
+            _log.info("auto tuned %s: %s wins (%s)", self.spec.einsum(), self.choice,
+                      ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in times.items()))
             self._prefix = f"auto -> {self.choice}: "
             self._last = ("", "")
             _remember(self.key, self.choice)
@@ -403,4 +408,7 @@ class AutoBackend(Stateless):
             choice = "blas" if "blas" in candidates and choice != "blas" else "reference"
             plan = AutoPlan(spec, candidates, choice, executor, predicted)
         plan.tuned = remembered in candidates
+        _log.debug("auto on %s: %s (%s); predicted %s", spec.einsum(), plan.choice,
+                   "remembered" if plan.tuned else "cost model",
+                   ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in predicted.items()))
         return plan

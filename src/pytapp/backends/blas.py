@@ -19,6 +19,7 @@ of D's size when D is written directly.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Sequence
 from enum import Enum
 from math import prod
@@ -66,6 +67,8 @@ KERNEL_MIN_ROWS = 64
 #: operands used as they lie, run as one ``numpy.einsum`` call and NumPy's in-place epilogue:
 #: at this size a call's fixed costs (layout analysis, views, kernel dispatch) are the time.
 SMALL_ELEMENTS = 1 << 12
+
+_log = logging.getLogger("pytapp")
 
 #: Real storage types that a rounding type represents exactly (no rounding pass needed).
 _EXACT_IN = {
@@ -195,6 +198,9 @@ class BlasPlan(Stateless):
             if self.route == "view-gemm":
                 g = self._views()
                 self.profile["view"] = (g.m, g.n, g.k, g.calls)
+        _log.debug("blas layout of %s: kind %s, h %s m %d n %d k %d, A perm %s, B perm %s, "
+                   "D perm %s; profile %s", spec.einsum(), self.kind, self.h_shape, self.m,
+                   self.n, self.k, self.a_perm, self.b_perm, self.d_perm, self.profile)
 
     # ----------------------------------------------------------------- kernel routes
     def _small_equation(self) -> str | None:
@@ -459,6 +465,9 @@ class BlasPlan(Stateless):
                 parallel_copyto(out, x, threads)
             copied += out.nbytes
             x = out
+        if copied and _log.isEnabledFor(logging.DEBUG):
+            _log.debug("blas packed %s: %d bytes (reduce %s, permutation %s, %s)", spec.role,
+                       copied, reduce, perm, self.compute.name)
         return x, copied
 
     def _matrix(
@@ -476,6 +485,9 @@ class BlasPlan(Stateless):
             kernels.copy(out, x, threads=threads)
         else:
             parallel_copyto(out, x, threads)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("blas copied a %s operand with strides %s for BLAS: %d bytes",
+                       x.shape, x.strides, out.nbytes)
         return out.reshape(shape), out.nbytes
 
     # ----------------------------------------------------------------- kernels
