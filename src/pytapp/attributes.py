@@ -109,7 +109,7 @@ class AttributeStore:
         self._set_attr_internal(k, value)
 
     def _on_set_attr(self, key: int, value: Any) -> None:
-        """Hook for subclasses to validate a value before it is stored."""
+        """Validate a value before it is stored (a hook for subclasses)."""
 
     def get_attr(self, key: int) -> Any:
         """Return the value of attribute ``key``.
@@ -143,7 +143,7 @@ class AttributeStore:
             self._attr_store().pop(k, None)
 
     def attributes(self) -> dict[int, Any]:
-        """A copy of every attribute that is set."""
+        """Return a copy of every attribute that is set."""
         out = {k: v for k, v in self._attr_store().items() if v is not None}
         for k, name in self._attr_fields.items():
             value = getattr(self, name)

@@ -181,7 +181,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _progress_printer() -> tuple[Any, Any]:
-    """(callback, context) showing a rich progress bar, or plain lines without rich."""
+    """Return (callback, context) showing a rich progress bar (plain lines without rich)."""
     try:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     except ImportError:

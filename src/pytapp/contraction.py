@@ -117,6 +117,13 @@ def parse_expression(expr: str) -> tuple[str, str, str]:
 
 
 def backend_name(backend: Any) -> str:
+    """Return the backend name of a ``backend=`` argument (``None``: the default).
+
+    Raises
+    ------
+    UnsupportedError
+        Code 18 when ``backend`` is not a non-empty string.
+    """
     if backend is None:
         return default_backend_name()
     if not isinstance(backend, str) or not backend:
@@ -129,8 +136,11 @@ def backend_name(backend: Any) -> str:
 
 
 def shared_handle(name: str) -> Handle:
-    """The cached handle of backend ``name`` (the least recently used beyond
-    :data:`HANDLE_CACHE_SIZE` are destroyed, with their plans)."""
+    """Return the cached handle of backend ``name``.
+
+    Return the cached handle of backend ``name`` (the least recently used beyond
+    :data:`HANDLE_CACHE_SIZE` are destroyed, with their plans).
+    """
     with _lock:
         h = _handles.get(name)
         if h is not None and not h.destroyed:

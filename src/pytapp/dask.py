@@ -48,8 +48,11 @@ _LOW = (Datatype.F16, Datatype.BF16)
 
 
 class MemmapSource:
-    """A ``.npy`` file (or raw memmap) that each worker opens itself, so that a dask array
-    over it ships a file name, not the data. Indexing returns NumPy arrays."""
+    """A ``.npy`` file (or raw memmap) that each worker opens itself.
+
+    A ``.npy`` file (or raw memmap) that each worker opens itself, so that a dask array
+    over it ships a file name, not the data. Indexing returns NumPy arrays.
+    """
 
     def __init__(self, filename: str, dtype: Any, shape: tuple[int, ...], offset: int = 0,
                  order: str = "C") -> None:
@@ -58,7 +61,7 @@ class MemmapSource:
 
     @classmethod
     def of(cls, mm: np.memmap) -> MemmapSource:
-        """The source of a memmap (the whole mapped array)."""
+        """Return the source of a memmap (the whole mapped array)."""
         order = "F" if mm.flags.f_contiguous and not mm.flags.c_contiguous else "C"
         return cls(str(mm.filename), mm.dtype, mm.shape, int(mm.offset), order)
 
@@ -69,8 +72,10 @@ class MemmapSource:
 
 
 def as_dask(x: Any, chunk_bytes: int = DEFAULT_CHUNK_BYTES, role: str = "operand") -> Any:
-    """``x`` as a dask array: dask arrays as they are; memmaps read by the workers from their
-    file; anything else (NumPy, zarr) chunked within ``chunk_bytes``.
+    """``x`` as a dask array.
+
+    Dask arrays as they are; memmaps read by the workers from their file; anything else (NumPy,
+    zarr) chunked within ``chunk_bytes``.
 
     Raises
     ------
@@ -225,9 +230,12 @@ def _single_pass(la: str, lb: str, ld: str, a: Any, b: Any, c: Any, alpha: Any, 
 
 
 def _one(x: Any) -> Any:
-    """The block of a one-chunk contracted label: blockwise (``concatenate=False``) passes a
-    list per label not in the output; contracted labels split over several chunks are output
-    axes of the partial products, so every such list here has one block."""
+    """Return the block of a one-chunk contracted label.
+
+    Blockwise (``concatenate=False``) passes a list per label not in the output; contracted
+    labels split over several chunks are output axes of the partial products, so every such list
+    here has one block.
+    """
     while isinstance(x, list):
         if len(x) != 1:  # pragma: no cover - split labels are never summed by blockwise
             raise error_for(ErrorCode.UNSUPPORTED, "a block list of several chunks")
@@ -288,8 +296,10 @@ def _epilogue(kept: str, ld: str, p: Any, c: Any, alpha: Any, beta: Any,
 def einsum(subscripts: Any, *operands: Any, optimize: Any = "auto", memory_limit: Any = None,
            backend: str | None = None, dtype: Any = None, split_every: int | None = None,
            chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Any:
-    """:func:`pytapp.einsum` on dask arrays: each pairwise step of the path is a
-    :func:`contract` (blockwise TAPP plans, tree-reduced partial products). Lazy.
+    """:func:`pytapp.einsum` on dask arrays.
+
+    Each pairwise step of the path is a :func:`contract` (blockwise TAPP plans, tree-reduced
+    partial products). Lazy.
 
     Examples
     --------
@@ -358,9 +368,12 @@ def store(result: Any, target: Any, client: Any = None,
 
 
 def worker_chunk_bytes(client: Any) -> int:
-    """A chunk size for ``client``'s cluster: a twentieth of the smallest worker memory
-    limit (a block product holds blocks of A, B, D and temporaries, beside what the worker
-    itself needs), at most :data:`DEFAULT_CHUNK_BYTES`, at least 1 MiB."""
+    """Return a chunk size for ``client``'s cluster.
+
+    A twentieth of the smallest worker memory limit (a block product holds blocks of A, B, D and
+    temporaries, beside what the worker itself needs), at most :data:`DEFAULT_CHUNK_BYTES`, at
+    least 1 MiB.
+    """
     try:
         workers = client.scheduler_info()["workers"].values()
         limits = [int(w["memory_limit"]) for w in workers if w.get("memory_limit")]
@@ -372,8 +385,11 @@ def worker_chunk_bytes(client: Any) -> int:
 
 
 class DaskRunner:
-    """Runs ``TensorProduct.execute`` on a Dask cluster (registered as the ``dask`` runner;
-    see :meth:`pytapp.Handle.create_executor`)."""
+    """Run ``TensorProduct.execute`` on a Dask cluster.
+
+    Runs ``TensorProduct.execute`` on a Dask cluster (registered as the ``dask`` runner;
+    see :meth:`pytapp.Handle.create_executor`).
+    """
 
     def __init__(self, client: Any, chunk_bytes: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> None:

@@ -164,7 +164,7 @@ def datatype_of(dtype: Any, role: str | None = None) -> Datatype:
 
 
 def datatype_of_data(data: Any, role: str = "operand") -> Datatype:
-    """The :class:`Datatype` of array data: NumPy arrays, torch tensors, other array objects.
+    """Return the :class:`Datatype` of array data: NumPy arrays, torch tensors, other array objects.
 
     Torch dtypes are mapped by name, so no tensor is converted (or exported) to find it.
 
@@ -199,7 +199,7 @@ def datatype_of_data(data: Any, role: str = "operand") -> Datatype:
 
 
 def promote(*dts: Datatype) -> Datatype:
-    """The datatype of a result computed from operands of datatypes ``dts``.
+    """Return the datatype of a result computed from operands of datatypes ``dts``.
 
     NumPy's promotion within TAPP's datatypes: the widest real type, complex if any operand
     is; F16 with BF16 (which NumPy cannot promote) gives F32.
@@ -302,7 +302,7 @@ def as_element_op(value: Any, operand: str) -> ElementOp:
 
 
 def torch_view(x: np.ndarray) -> Any:
-    """A torch tensor sharing ``x``'s memory (bfloat16 too). torch must be imported already.
+    """Return a torch tensor sharing ``x``'s memory (bfloat16 too). torch must be imported already.
 
     Examples
     --------
@@ -318,7 +318,9 @@ def torch_view(x: np.ndarray) -> Any:
 
 
 def numpy_view(t: Any, *, dlpack: bool = False) -> np.ndarray:
-    """A NumPy array sharing a CPU torch tensor's memory (bfloat16 too), through ``.numpy()``
+    """Return a NumPy array sharing a CPU torch tensor's memory.
+
+    Return a NumPy array sharing a CPU torch tensor's memory (bfloat16 too), through ``.numpy()``
     or, with ``dlpack=True``, through DLPack (any exporter; torch's bfloat16 handled).
 
     Examples

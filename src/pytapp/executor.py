@@ -26,13 +26,16 @@ _RUNNER_MODULES = {"dask": "pytapp.dask"}
 
 
 def register_runner(kind: str, factory: Callable[[Any], Any]) -> None:
-    """Register ``factory(executor) -> runner`` for executors of ``kind`` (plug-in point:
-    :mod:`pytapp.dask` registers ``"dask"`` when imported)."""
+    """Register a distributed runner factory for executors of ``kind``.
+
+    Register ``factory(executor) -> runner`` for executors of ``kind`` (plug-in point:
+    :mod:`pytapp.dask` registers ``"dask"`` when imported).
+    """
     _RUNNERS[kind] = factory
 
 
 def runner_for(executor: Executor) -> Any:
-    """The distributed runner of ``executor`` (its module imported on first use).
+    """Return the distributed runner of ``executor`` (its module imported on first use).
 
     Raises
     ------
@@ -51,7 +54,9 @@ def runner_for(executor: Executor) -> Any:
 
 
 def thread_scope(threads: int | None) -> AbstractContextManager[Any]:
-    """Limit the BLAS/OpenMP thread pools to ``threads`` inside a ``with`` block (restored
+    """Limit the BLAS/OpenMP thread pools inside a ``with`` block.
+
+    Limit the BLAS/OpenMP thread pools to ``threads`` inside a ``with`` block (restored
     afterwards); ``None`` changes nothing.
 
     Examples

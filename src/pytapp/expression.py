@@ -66,8 +66,11 @@ def is_torch(x: Any) -> bool:
 
 
 class _TensorMemory:
-    """An array interface over a tensor's memory that keeps the tensor as its base, so
-    bounds checks reach the tensor's storage (a DLPack capsule vouches for nothing)."""
+    """An array interface over a tensor's memory that keeps the tensor alive.
+
+    An array interface over a tensor's memory that keeps the tensor as its base, so
+    bounds checks reach the tensor's storage (a DLPack capsule vouches for nothing).
+    """
 
     def __init__(self, view: np.ndarray, tensor: Any) -> None:
         self.__array_interface__ = dict(view.__array_interface__)
@@ -75,7 +78,9 @@ class _TensorMemory:
 
 
 def to_numpy(x: Any, role: str) -> np.ndarray:
-    """A NumPy view of array data (torch tensors shared through DLPack), or ``np.asarray``
+    """Return a NumPy view of array data.
+
+    Return a NumPy view of array data (torch tensors shared through DLPack), or ``np.asarray``
     for scalars and sequences.
 
     Raises
@@ -97,15 +102,17 @@ def to_numpy(x: Any, role: str) -> np.ndarray:
 
 
 def to_library(result: np.ndarray, like: Any) -> Any:
-    """``result`` as an array of ``like``'s library (a torch tensor sharing its memory)."""
+    """Return ``result`` in ``like``'s array library (a torch tensor sharing its memory)."""
     if like is None or not is_torch(like):
         return result
     return torch_view(result)
 
 
 def result_datatype(arrays: Sequence[np.ndarray], dtype: Any = None) -> Datatype:
-    """The datatype of an einsum of ``arrays``: ``dtype`` when given, else NumPy's promotion
-    (TAPP's datatypes promote among themselves, F16 with BF16 to F32).
+    """Return the datatype of an einsum of ``arrays``.
+
+    ``dtype`` when given, else NumPy's promotion (TAPP's datatypes promote among themselves, F16
+    with BF16 to F32).
 
     Raises
     ------
@@ -243,9 +250,11 @@ class EinsumExpression:
         return to_library(result, like)
 
     def _fast_numpy(self, arrays: Sequence[np.ndarray]) -> Any:
-        """The thin path of a repeated call on NumPy arrays of the compiled shapes: the
-        datatype and handle found for these dtypes before are reused (``None``: take the
-        general path, which also reports every error)."""
+        """Return the thin path of a repeated call on NumPy arrays of the compiled shapes.
+
+        The datatype and handle found for these dtypes before are reused (``None``: take the
+        general path, which also reports every error).
+        """
         net = self.network
         if tuple(a.shape for a in arrays) != net.shapes:
             return None
@@ -262,8 +271,11 @@ class EinsumExpression:
         return result[()] if result.ndim == 0 else result
 
     def _handle(self, views: list[np.ndarray], dt: Datatype) -> Handle:
-        """The handle of this call: the named backend, or for ``auto`` the one backend
-        measured fastest on this whole network (see :data:`NETWORK_TUNE_SECONDS`)."""
+        """Return the handle of this call.
+
+        The named backend, or for ``auto`` the one backend measured fastest on this whole
+        network (see :data:`NETWORK_TUNE_SECONDS`).
+        """
         if self.backend != "auto":
             return shared_handle(self.backend)
         choice = self.choices.get(dt)
@@ -313,8 +325,11 @@ class EinsumExpression:
 
 def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: Any,
                       memory_limit: Any, backend: str | None, dtype: Any) -> EinsumExpression:
-    """An expression for these operand shapes, from a bounded cache when the arguments are
-    hashable (optimizer objects are not cached: they may be stateful)."""
+    """Return an expression for these operand shapes.
+
+    Return an expression for these operand shapes, from a bounded cache when the arguments are
+    hashable (optimizer objects are not cached: they may be stateful).
+    """
     shapes = tuple(a.shape for a in arrays)
     key: Hashable | None = None
     if optimize is None or isinstance(optimize, (bool, str)) or (

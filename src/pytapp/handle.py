@@ -149,8 +149,10 @@ class Handle(TappObject):
 
 
     def memory_limit(self) -> int:
-        """The workspace limit of plans made through this handle (bytes): MEMORY_LIMIT when
-        set, else half the memory available when the handle first needed it (read once).
+        """Return the workspace limit of plans made through this handle (bytes).
+
+        MEMORY_LIMIT when set, else half the memory available when the handle first needed
+        it (read once).
 
         Examples
         --------
@@ -166,7 +168,7 @@ class Handle(TappObject):
         return self._default_limit
 
     def create_executor(self, **kwargs: Any) -> Executor:
-        """An :class:`Executor` bound to this handle (keywords as for Executor)."""
+        """Return an :class:`Executor` bound to this handle (keywords as for Executor)."""
         self.check_alive()
         return Executor(self, **kwargs)
 

@@ -42,8 +42,11 @@ _DEFAULT_RATES = {"f32": 1.2e11, "f64": 6e10, "c64": 1.2e11, "c128": 6e10, "bf16
 
 @dataclass(frozen=True)
 class Machine:
-    """GEMM rates (flop/s) per library and datatype, for large (``big``) and small matrices,
-    and the copy bandwidth (bytes/s)."""
+    """Return GEMM rates per library and datatype, and the copy bandwidth.
+
+    GEMM rates (flop/s) per library and datatype, for large (``big``) and small matrices,
+    and the copy bandwidth (bytes/s).
+    """
 
     key: str
     bandwidth: float = 8e9
@@ -140,7 +143,7 @@ _lock = threading.Lock()
 
 
 def constants() -> Machine:
-    """This machine's constants: from the cache file, else measured now and saved."""
+    """Return this machine's constants: from the cache file, else measured now and saved."""
     global _cached
     if os.environ.get("PYTAPP_MACHINE") == "defaults":
         return _defaults("defaults")

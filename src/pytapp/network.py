@@ -69,14 +69,17 @@ class Step:
 
 @dataclass(frozen=True)
 class Prepared:
-    """How one operand becomes a view with distinct labels: indices to drop (size-1
-    broadcasts), then the diagonal over repeated labels."""
+    """How one operand becomes a view with distinct labels.
+
+    Indices to drop (size-1 broadcasts), then the diagonal over repeated labels.
+    """
 
     drop: tuple[int, ...]
     labels: str
     diagonal: bool
 
     def apply(self, arr: np.ndarray, term: str) -> np.ndarray:
+        """Return ``arr`` (with labels ``term``) as the view these steps describe (no copy)."""
         view = arr
         kept = term
         if self.drop:
@@ -114,7 +117,7 @@ def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, i
 
 
 def result_shape(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-    """The shape of an einsum's result (extents checked as :class:`Network` does)."""
+    """Return the shape of an einsum's result (extents checked as :class:`Network` does)."""
     sizes = _sizes(equation, shapes)
     return tuple(sizes[ch] for ch in equation.output)
 
@@ -139,7 +142,7 @@ def _prepare(term: str, shape: tuple[int, ...], sizes: dict[str, int]) -> Prepar
 
 def resolve_path(optimize: Any, inputs: list[frozenset[str]], output: frozenset[str],
                  sizes: dict[str, int], memory_limit: int | None) -> Path:
-    """The contraction path for ``optimize`` (see :func:`pytapp.einsum`).
+    """Return the contraction path for ``optimize`` (see :func:`pytapp.einsum`).
 
     Raises
     ------
@@ -308,10 +311,13 @@ class Network:
         return tuple(steps)
 
     def _intermediate(self, a: str, b: str, keep: set[str]) -> str:
-        """The mode order of an intermediate: the larger operand's kept labels in its own
-        order, then the other's. The big operand is then read (and the result written) in
-        memory order, and a chain of products that each add a small factor (a basis change,
-        a bond) ends with the labels already in the order of the next step."""
+        """Return the mode order of an intermediate.
+
+        The larger operand's kept labels in its own order, then the other's. The big operand
+        is then read (and the result written) in memory order, and a chain of products that
+        each add a small factor (a basis change, a bond) ends with the labels already in the
+        order of the next step.
+        """
         def size(labels: str) -> int:
             return math.prod(self.sizes[ch] for ch in labels)
 
@@ -321,7 +327,7 @@ class Network:
     # ------------------------------------------------------------------ running
 
     def prepare(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Views of the operands with distinct labels (no copies)."""
+        """Return views of the operands with distinct labels (no copies)."""
         return [p.apply(a, t) for p, a, t in
                 zip(self.prepared, arrays, self.equation.inputs, strict=True)]
 
@@ -355,7 +361,7 @@ class Network:
         return buf
 
     def output_shape(self) -> tuple[int, ...]:
-        """The shape of the result."""
+        """Return the shape of the result."""
         return tuple(self.sizes[ch] for ch in self.equation.output)
 
     def run(self, views: Sequence[np.ndarray], dt: Datatype, handle: Handle,

@@ -147,7 +147,7 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "au
 def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
                 memory_limit: Any = None, backend: BackendName | None = None,
                 dtype: Any = None) -> tuple[list[Any], PathInfo]:
-    """The contraction path of an einsum and what each step does, without running it.
+    """Return the contraction path of an einsum and what each step does, without running it.
 
     Returns NumPy's format (``['einsum_path', (0, 1), ...]``, which :func:`einsum` and
     ``numpy.einsum`` accept as ``optimize=``) and a :class:`~pytapp.network.PathInfo`, whose

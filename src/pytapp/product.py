@@ -197,8 +197,10 @@ class TensorProduct(TappObject):
         return plan.algorithm if plan is not None else self._algorithm
 
     def explain(self) -> str:
-        """What this plan does and why: the product, the backend's algorithm and, for
-        ``auto``, every candidate with its predicted (and, once tuned, measured) time.
+        """Return what this plan does and why.
+
+        The product, the backend's algorithm and, for ``auto``, every candidate with its
+        predicted (and, once tuned, measured) time.
 
         Examples
         --------
@@ -229,8 +231,11 @@ class TensorProduct(TappObject):
 
     @property
     def predicted_seconds(self) -> float | None:
-        """The cost model's time for one execution of the chosen algorithm, when the backend
-        priced its candidates (``auto``); ``None`` otherwise."""
+        """Return the cost model's time for one execution, when the backend has one.
+
+        The cost model's time for one execution of the chosen algorithm, when the backend
+        priced its candidates (``auto``); ``None`` otherwise.
+        """
         plan = self._plan
         predicted = getattr(plan, "predicted", None)
         choice = getattr(plan, "choice", None)

@@ -175,7 +175,7 @@ class TensorInfo(AttributeStore):
         return int(np.prod(self._extents, dtype=np.int64)) if self._extents else 1
 
     def with_extents(self, extents: Sequence[int]) -> TensorInfo:
-        """A new info with other extents (same number of modes) and the same strides."""
+        """Return a new info with other extents (same number of modes) and the same strides."""
         extents = _as_tuple(extents, "extents")
         if len(extents) != self.nmodes:
             raise error_for(
@@ -185,11 +185,11 @@ class TensorInfo(AttributeStore):
         return TensorInfo(self._datatype, extents, self._strides)
 
     def with_strides(self, strides: Sequence[int]) -> TensorInfo:
-        """A new info with other strides and the same extents."""
+        """Return a new info with other strides and the same extents."""
         return TensorInfo(self._datatype, self._extents, strides)
 
     def with_datatype(self, datatype: Any) -> TensorInfo:
-        """A new info with another datatype and the same layout."""
+        """Return a new info with another datatype and the same layout."""
         return TensorInfo(datatype, self._extents, self._strides)
 
     def _key(self) -> tuple[Datatype, tuple[int, ...], tuple[int, ...]]:

@@ -90,5 +90,5 @@ def ttgt_seconds(m: int, n: int, k: int, calls: int, copied_bytes: int, stored_b
 
 def view_gemm_seconds(m: int, n: int, k: int, calls: int, machine: MachineModel,
                       is_complex: bool = False) -> float:
-    """``calls`` GEMMs on views: no copies, a call cost per GEMM."""
+    """Time ``calls`` GEMMs on views: no copies, a call cost per GEMM."""
     return calls * gemm_seconds(m, n, k, machine, is_complex)

@@ -81,8 +81,10 @@ def words(groups: Sequence[Sequence[Hashable]], what: str = "this product") -> t
 
 
 def einsum_text(inputs: Sequence[Sequence[Hashable]], output: Sequence[Hashable]) -> str:
-    """An einsum-like rendering for messages: labels as written when each is one character,
-    otherwise letters (or, past 52 labels, the labels' reprs).
+    """Return an einsum-like rendering for messages.
+
+    Labels as written when each is one character, otherwise letters (or, past 52 labels, the
+    labels' reprs).
 
     Examples
     --------

@@ -110,12 +110,14 @@ class ContractionSpec:
         return (self.a.datatype, self.b.datatype, self.c.datatype, self.d.datatype)
 
     def einsum(self) -> str:
-        """An einsum-like rendering, e.g. ``'ik,kj->ij'`` (letters invented for other labels)."""
+        """Return an einsum-like rendering, e.g. ``'ik,kj->ij'`` (letters for other labels)."""
         return einsum_text((self.a.labels, self.b.labels), self.d.labels)
 
     def einsum_words(self, what: str, d_labels: Sequence[Label] | None = None
                      ) -> tuple[str, str, str]:
-        """Letters for the merged (unique) labels of A, B and D (or ``d_labels``), for
+        """Return einsum letters for the merged labels of A, B and D.
+
+        Letters for the merged (unique) labels of A, B and D (or ``d_labels``), for
         ``what`` (a backend that speaks einsum).
 
         Raises

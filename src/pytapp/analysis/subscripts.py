@@ -27,7 +27,7 @@ __all__ = ["Equation", "ellipsis_symbol", "from_sublists", "parse_subscripts"]
 _ELLIPSIS_BASE = 0xE000  # Unicode private use: never a letter
 
 def ellipsis_symbol(k: int) -> str:
-    """The label of the ``k``-th broadcast dimension (counted from the left)."""
+    """Return the label of the ``k``-th broadcast dimension (counted from the left)."""
     return chr(_ELLIPSIS_BASE + k)
 
 

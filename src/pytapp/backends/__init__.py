@@ -130,7 +130,7 @@ _FEATURES: list[tuple[str, Any]] = [
 
 
 def matrix_markdown() -> str:
-    """The backends x features table of the README, from the declared capabilities."""
+    """Return the backends x features table of the README, from the declared capabilities."""
     header = ["backend", *[f for f, _ in _FEATURES]]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for name, factory in _FACTORIES.items():

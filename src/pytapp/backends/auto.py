@@ -119,10 +119,12 @@ _overheads: dict[str, float] = {}
 
 
 def call_overheads(names: list[str]) -> dict[str, float]:
-    """Seconds one execution costs each backend beyond its arithmetic: the best of 15 runs
-    of a 4x4 F64 GEMM, measured once per process (a few milliseconds). torch's conversions
-    and dispatch cost several times blas's; for the small products of a tensor network this
-    term decides."""
+    """Seconds one execution costs each backend beyond its arithmetic.
+
+    The best of 15 runs of a 4x4 F64 GEMM, measured once per process (a few milliseconds).
+    torch's conversions and dispatch cost several times blas's; for the small products of a
+    tensor network this term decides.
+    """
     from pytapp import backends
     from pytapp.analysis.spec import build_spec
     from pytapp.datatypes import ElementOp
@@ -211,7 +213,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
 def model_choice(spec: ContractionSpec, capable: list[str],
                  profile: dict[str, Any] | None = None,
                  machine: Machine | None = None) -> str:
-    """The cost model's pick among ``capable`` backends (``profile``: what blas would do).
+    """Return the cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
     F16 accumulation (every partial sum rounded) runs on the reference loop; a product blas
     runs as one compiled kernel pass or as GEMMs on views stays on blas (nothing is copied);
@@ -338,9 +340,12 @@ class AutoPlan:
         self.tuned = True
 
     def _should_tune(self, executor: Executor | None) -> bool:
-        """Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) a product executed
+        """Tell whether to time the candidate backends now.
+
+        Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) a product executed
         before whose chosen backend is predicted to take long enough that timing the others
-        once pays."""
+        once pays.
+        """
         policy = self._policy
         if policy in ("0", "off", "never") or len(self.candidates) < 2:
             return False
@@ -375,7 +380,7 @@ class AutoBackend(Stateless):
     capabilities = Capabilities()  # the union of the available backends
 
     def available(self) -> tuple[bool, str]:
-        """Always available (blas and reference always are)."""
+        """Report availability: always (blas and reference always are)."""
         return True, ""
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> AutoPlan:

@@ -126,8 +126,11 @@ class Backend(Protocol):
 @contextmanager
 def thread_setting(get: Callable[[], int], set_: Callable[[int], object],
                    threads: int | None) -> Iterator[None]:
-    """Set a library's global thread count for one call and restore it afterwards (the
-    executor's count is for this product, not for the rest of the process)."""
+    """Set a library's global thread count for one call.
+
+    Set a library's global thread count for one call and restore it afterwards (the
+    executor's count is for this product, not for the rest of the process).
+    """
     if not threads:
         yield
         return
@@ -166,7 +169,7 @@ class OptionalModule:
         return not self.why, self.why
 
     def load(self) -> Any:
-        """The imported module (imported once)."""
+        """Return the imported module (imported once)."""
         if self._module is None:
             self._module = importlib.import_module(self.name)
         return self._module

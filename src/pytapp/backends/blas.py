@@ -102,7 +102,8 @@ def _blasable(x: np.ndarray) -> bool:
     """Whether the last two axes form a matrix BLAS reads in place (row or column major).
 
     Misaligned data (a buffer deserialized at an odd offset, as Dask's network frames can
-    be) is not: NumPy then skips BLAS for a plain loop several times slower than a copy."""
+    be) is not: NumPy then skips BLAS for a plain loop several times slower than a copy.
+    """
     if not x.flags.aligned:
         return False
     if x.ndim < 2:
@@ -204,9 +205,12 @@ class BlasPlan(Stateless):
 
     # ----------------------------------------------------------------- kernel routes
     def _small_equation(self) -> str | None:
-        """The einsum equation of a small product (:data:`SMALL_ELEMENTS`) in one datatype,
+        """Return the einsum equation of a small product, or ``None``.
+
+        Return the einsum equation of a small product (:data:`SMALL_ELEMENTS`) in one datatype,
         without input rounding or broadcast labels; ``None`` for every other product and for
-        GEMMs on operands used as they lie (their first run learns a faster recipe)."""
+        GEMMs on operands used as they lie (their first run learns a faster recipe).
+        """
         spec = self.spec
         if (max(op.size for op in spec.operands) > SMALL_ELEMENTS or spec.classes.IC
                 or (self.kind == "gemm" and not self.profile["copy_bytes"]
@@ -265,13 +269,13 @@ class BlasPlan(Stateless):
         return "view-gemm" if self.view_gemm is not None else None
 
     def _views(self) -> ViewGemm:
-        """The GEMMs-on-views mapping of route ``view-gemm`` (set whenever it is the route)."""
+        """Return the GEMMs-on-views mapping of route ``view-gemm`` (set with the route)."""
         if self.view_gemm is None:
             raise RuntimeError("route view-gemm without a mapping")  # never: set together
         return self.view_gemm
 
     def _choose_view_gemm(self) -> ViewGemm | None:
-        """The cheapest GEMMs-on-views mapping when the cost model prefers it to TTGT."""
+        """Return the cheapest GEMMs-on-views mapping when the cost model prefers it to TTGT."""
         spec = self.spec
         conj = any(op.conjugates for op in (spec.a, spec.b))
         if conj or spec.c.strides != spec.d.strides:  # BLAS cannot conjugate; C as D
@@ -290,7 +294,7 @@ class BlasPlan(Stateless):
         return best
 
     def route_description(self) -> str:
-        """What a kernel route does, for ``algorithm``."""
+        """Return what a kernel route does, for ``algorithm``."""
         if self.route == "view-gemm":
             g = self._views()
             return (f"{g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
@@ -386,7 +390,7 @@ class BlasPlan(Stateless):
     def _plan_blocks(
         self, first: Sequence[Label], second: Sequence[Label]
     ) -> tuple[int, int] | None:
-        """(number of blocks, leading modes looped over) for blocked TTGT, or None.
+        """Return (number of blocks, leading modes looped over) for blocked TTGT, or None.
 
         When the GEMM cannot write D in place, the result goes through a temporary; computing
         it in row blocks of at most BLOCK_BYTES keeps that temporary in cache, so D is written
@@ -647,8 +651,10 @@ class BlasPlan(Stateless):
         return self.rounding is None or storage.real in _EXACT_IN[self.rounding]
 
     def _fast_gemm(self, bound: BoundProduct) -> Status | None:
-        """The common case in a few NumPy calls: a GEMM on (permuted) A and B written straight
-        into D, then the in-place epilogue (alpha, beta op_C(C), op_D).
+        """Return the common case in a few NumPy calls.
+
+        A GEMM on (permuted) A and B written straight into D, then the in-place epilogue
+        (alpha, beta op_C(C), op_D).
 
         The reshapes were found by a first full run on these strides: the same strides give a
         view again where that run had one, and a copy (NumPy's, of an operand below
@@ -687,8 +693,10 @@ class BlasPlan(Stateless):
                       bytes_copied=recipe[2], bytes_allocated=recipe[2])
 
     def _learn_recipe(self, bound: BoundProduct, copied: int, mode: Written) -> None:
-        """After a full run: remember when it was one GEMM written into D, on views of A and
-        B or on small copies of them (which a reshape makes as well)."""
+        """Remember a full run that was one GEMM written into D.
+
+        On views of A and B, or on small copies of them (which a reshape makes as well).
+        """
         spec = self.spec
         if (self.kind != "gemm" or mode is not Written.DIRECT or self.split_batches
                 or self.route is not None or not (self.a_plain and self.b_plain)
@@ -754,7 +762,7 @@ class BlasBackend(Stateless):
     capabilities = Capabilities(prectypes=ALL_PRECTYPES - {Prectype.F16F16_ACCUM_F16})
 
     def available(self) -> tuple[bool, str]:
-        """Always available (NumPy only)."""
+        """Report availability: always (NumPy only)."""
         return True, ""
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> BlasPlan:

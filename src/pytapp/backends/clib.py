@@ -133,7 +133,7 @@ class Library:
         return self.fn.get(name) is not None
 
     def explain(self, code: int) -> str:
-        """The library's text for ``code`` ("" when it has none)."""
+        """Return the library's text for ``code`` ("" when it has none)."""
         if not self.has("TAPP_explain_error"):
             return ""
         buf = ctypes.create_string_buffer(512)
@@ -173,7 +173,7 @@ _libraries_lock = threading.Lock()
 
 
 def library(path: str, abi: str = "released") -> Library:
-    """The :class:`Library` for ``path`` and ``abi`` (loaded once per process)."""
+    """Return the :class:`Library` for ``path`` and ``abi`` (loaded once per process)."""
     key = (os.path.abspath(path) if path else "", abi)
     with _libraries_lock:
         if key not in _LIBRARIES:
@@ -270,7 +270,7 @@ class ClibPlan:
         return int(info.value)
 
     def _product(self, strides: tuple[tuple[int, ...], ...]) -> int:
-        """The C product for these (merged) strides, created once."""
+        """Return the C product for these (merged) strides, created once."""
         found = self._products.get(strides)
         if found is not None:
             self._products.move_to_end(strides)
@@ -352,11 +352,11 @@ class ClibBackend:
         self._lock = threading.Lock()
 
     def lib(self) -> Library:
-        """The loaded library (loaded once per path and ABI)."""
+        """Return the loaded library (loaded once per path and ABI)."""
         return library(self.library, self.abi)
 
     def session(self) -> Session:
-        """This backend's C handle and executor (created on first use)."""
+        """Return this backend's C handle and executor (created on first use)."""
         with self._lock:
             if self._session is None or self._session.closed:
                 self._session = Session(self.lib())

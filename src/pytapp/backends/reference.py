@@ -147,7 +147,7 @@ class ReferencePlan(Stateless):
         p_idx: dict[Label, np.ndarray],
         shape: tuple[int, int],
     ) -> Value:
-        """sX = +0 + sum over the isolated labels of op_X(X), sequentially."""
+        """Sum the isolated labels in order: sX = +0 + sum of op_X(X)."""
         rule = self.rule
         iso_idx = self._tuples(iso_extents, iso_labels)
         total: Value = _zero(shape, rule)
@@ -214,7 +214,7 @@ class ReferenceBackend(Stateless):
     capabilities = Capabilities()
 
     def available(self) -> tuple[bool, str]:
-        """Always available (NumPy only)."""
+        """Report availability: always (NumPy only)."""
         return True, ""
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> ReferencePlan:

@@ -79,7 +79,7 @@ class TorchPlan(Stateless):
             "absent" if self.native else "")
 
     def _tensor(self, x: np.ndarray, spec: OperandSpec, dtype: Any, native: bool = False) -> Any:
-        """A torch view of ``x`` in ``dtype``, rounded as the precision says, op applied."""
+        """Return a torch view of ``x`` in ``dtype``, rounded as the precision says, op applied."""
         rule = self.spec.rule
         if rule.input_round is not None and not native and spec.datatype.real is not (
                 rule.input_round):
@@ -182,9 +182,12 @@ class TorchPlan(Stateless):
 
     def _gemm_with_c(self, left: Any, right: Any, shape: tuple[int, ...],
                      bound: BoundProduct) -> bool:
-        """D = alpha A B + beta C with beta inside the BLAS call (``addmm``/``baddbmm`` on
+        """Compute D = alpha A B + beta C with beta inside the BLAS call.
+
+        D = alpha A B + beta C with beta inside the BLAS call (``addmm``/``baddbmm`` on
         D's memory, C copied there first unless it is D itself): two passes over D instead
-        of a temporary and three more. False when the layouts or ops do not allow it."""
+        of a temporary and three more. False when the layouts or ops do not allow it.
+        """
         lay, spec = self.layout, self.spec
         c = bound.c
         if (c is None or lay.ic or (spec.d.conjugates)

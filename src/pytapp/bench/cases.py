@@ -60,15 +60,19 @@ class BenchCase:
 
     @property
     def flops(self) -> int:
-        """Least floating-point work of ``alpha A B + beta C``: isolated labels summed first
-        (one add per element), then 2 per multiply-add over the other distinct labels (8 for
-        complex), then the epilogue (3 per element of D)."""
+        """Least floating-point work of ``alpha A B + beta C``.
+
+        Isolated labels summed first (one add per element), then 2 per multiply-add over the
+        other distinct labels (8 for complex), then the epilogue (3 per element of D).
+        """
         return least_flops(self.labels, self.extents, self.datatype.is_complex)
 
     @property
     def bytes_moved(self) -> int:
-        """Bytes of the distinct elements of A, B, C and D (a repeated label reads a
-        diagonal): the least memory traffic of one operation."""
+        """Bytes of the distinct elements of A, B, C and D (a repeated label reads a diagonal).
+
+        The least memory traffic of one operation.
+        """
         a, b, d = self.labels
         return self.datatype.itemsize * sum(
             prod(self.extents[x] for x in set(lab)) for lab in (a, b, d, d))
@@ -96,13 +100,13 @@ class BenchCase:
                 np.zeros(self.shape(ld), dtype))
 
     def to_json(self) -> dict[str, Any]:
-        """The case as the JSON record it was read from."""
+        """Return the case as the JSON record it was read from."""
         return {"name": self.name, "domain": self.domain, "einsum": self.einsum,
                 "extents": dict(self.extents), "dtype": self.dtype, "note": self.note}
 
 
 def load_public() -> list[BenchCase]:
-    """The public benchmark cases shipped with pytapp."""
+    """Return the public benchmark cases shipped with pytapp."""
     text = resources.files("pytapp.bench").joinpath("cases.json").read_text()
     return [BenchCase(**record) for record in json.loads(text)["cases"]]
 
@@ -128,7 +132,7 @@ _TEMPLATES: dict[str, list[tuple[str, dict[str, int]]]] = {
 
 
 def generate(domain: str, seed: int, size: float = 1.0, dtype: str | None = None) -> BenchCase:
-    """A randomized case of ``domain``: a template of that domain with jittered extents.
+    """Return a randomized case of ``domain``: a template of that domain with jittered extents.
 
     ``seed`` picks the template and jitters each extent by up to +-25 %; ``size`` scales
     all extents so that a case fits the machine at hand.
@@ -152,7 +156,7 @@ _RANDOM_MAX_ELEMENTS = 1 << 24
 
 
 def random_case(seed: int, size: float = 1.0) -> BenchCase:
-    """A seeded random product, as the TAPP paper plans its randomized benchmarks.
+    """Return a seeded random product, as the TAPP paper plans its randomized benchmarks.
 
     Random label classes (0-1 Hadamard, 1-3 free of A, 0-3 free of B, 1-3 contracted, and
     sometimes an isolated label of A), random mode orders in A, B and D, a random datatype,
@@ -208,8 +212,11 @@ RANDOM_SEEDS = range(12)
 
 
 def suite(name: str) -> list[BenchCase]:
-    """The cases of suite ``quick`` (public subset at half size), ``full`` (public, domain
-    generators and the random suite), ``random`` or ``small``."""
+    """Return the cases of a suite.
+
+    Return the cases of suite ``quick`` (public subset at half size), ``full`` (public, domain
+    generators and the random suite), ``random`` or ``small``.
+    """
     if name == "small":
         return small_family()
     if name == "random":

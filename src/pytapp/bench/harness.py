@@ -113,7 +113,7 @@ class BenchResult:
 
 
 def geometric_mean(values: Sequence[float]) -> float:
-    """The geometric mean of the finite positive ``values`` (NaN when there are none)."""
+    """Return the geometric mean of the finite positive ``values`` (NaN when there are none)."""
     kept = [v for v in values if math.isfinite(v) and v > 0]
     if not kept:
         return math.nan
@@ -122,9 +122,11 @@ def geometric_mean(values: Sequence[float]) -> float:
 
 def summary_lines(ratios: Sequence[float], errors: Sequence[float], mean_text: str,
                   error_text: str) -> list[str]:
-    """The closing lines of a suite's table: ``mean_text`` with ``{geo}`` (the geometric mean
-    of ``ratios``, left out when there is none) and ``error_text`` with ``{worst}`` (the
-    largest of ``errors``)."""
+    """Return the closing lines of a suite's table.
+
+    ``mean_text`` with ``{geo}`` (the geometric mean of ``ratios``, left out when there is none)
+    and ``error_text`` with ``{worst}`` (the largest of ``errors``).
+    """
     lines = []
     geo = geometric_mean(ratios)
     if math.isfinite(geo):
@@ -190,9 +192,12 @@ def environment(threads: int | None = None) -> dict[str, Any]:
 
 
 def measure_peaks(datatypes: Sequence[Datatype]) -> dict[str, Any]:
-    """Roofline constants: the best GEMM rate per compute datatype that NumPy or torch reach
-    on several square sizes, and the best copy bandwidth (NumPy's single-threaded copy or
-    pytapp's multi-threaded copy kernel) on 128 MiB."""
+    """Roofline constants.
+
+    The best GEMM rate per compute datatype that NumPy or torch reach on several square sizes,
+    and the best copy bandwidth (NumPy's single-threaded copy or pytapp's multi-threaded copy
+    kernel) on 128 MiB.
+    """
     gemm: dict[str, float] = {}
     rng = np.random.default_rng(0)
     torch: Any
@@ -225,7 +230,9 @@ def measure_peaks(datatypes: Sequence[Datatype]) -> dict[str, Any]:
 
 
 def permutation_speeds(mib: int = 64) -> dict[str, float]:
-    """Speed of the permutation kernel on ``mib`` MiB tensors with every mode reversed, in %
+    """Measure the permutation kernel against a contiguous copy.
+
+    Speed of the permutation kernel on ``mib`` MiB tensors with every mode reversed, in %
     of a contiguous copy of the same bytes measured in the same run (F32, F64, C64).
 
     The contiguous copy is NumPy's (single-threaded) ``copyto``: the bandwidth a user gets
@@ -267,9 +274,12 @@ def _bandwidth_of(size_class: int) -> float:
 
 
 def copy_bandwidth(bytes_moved: int) -> float:
-    """GB/s of the best copy (or read-only stream) whose buffers together hold
+    """Return the GB/s of the best copy of a working set of ``bytes_moved``.
+
+    GB/s of the best copy (or read-only stream) whose buffers together hold
     ``bytes_moved`` (the working set of a case: from caches when it fits there, so that the
-    memory roof of a small case is the cache's)."""
+    memory roof of a small case is the cache's).
+    """
     return _bandwidth_of(1 << max(12, min(30, int(bytes_moved).bit_length())))
 
 

@@ -85,7 +85,7 @@ def _peps_grid(rows: int, cols: int, bond: int) -> tuple[str, tuple[tuple[int, .
 
 
 def network_cases(scale: float = 1.0) -> list[NetworkCase]:
-    """The five networks; ``scale`` multiplies the main extent of each (for quick runs)."""
+    """Return the five networks; ``scale`` multiplies the main extent of each (for quick runs)."""
     def s(n: int) -> int:
         return max(2, round(n * scale))
 
@@ -191,7 +191,7 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
 
 
 def networks_table(results: Sequence[NetworkResult]) -> str:
-    """A text table: milliseconds per contender, the ratio and the geometric mean."""
+    """Return a text table: milliseconds per contender, the ratio and the geometric mean."""
     names = ["pytapp", *PEERS]
     head = f"{'network':<22} {'domain':<18}" + "".join(f"{n:>14}" for n in names) + \
         f"{'vs best':>9}"
@@ -208,7 +208,7 @@ def networks_table(results: Sequence[NetworkResult]) -> str:
 
 
 def networks_json(results: Sequence[NetworkResult]) -> dict[str, Any]:
-    """The results as JSON-ready data."""
+    """Return the results as JSON-ready data."""
     return {"suite": "networks", "cases": [
         {"name": r.case.name, "domain": r.case.domain, "equation": r.case.equation,
          "shapes": [list(s) for s in r.case.shapes], "dtype": r.case.dtype,
@@ -217,7 +217,7 @@ def networks_json(results: Sequence[NetworkResult]) -> dict[str, Any]:
 
 
 def networks_plot(results: Sequence[NetworkResult], path: str) -> None:
-    """A bar chart: each contender's time relative to pytapp's, per network."""
+    """Return a bar chart: each contender's time relative to pytapp's, per network."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,7 +242,7 @@ def networks_plot(results: Sequence[NetworkResult], path: str) -> None:
 
 
 def networks_markdown(results: Sequence[NetworkResult], plot: str | None = None) -> str:
-    """A Markdown report: the table, then each network's equation and path."""
+    """Return a Markdown report: the table, then each network's equation and path."""
     lines = ["# Networks benchmark", "",
              "Each network is contracted along the same path (opt_einsum's greedy) by every "
              "contender; times are medians; the last column is the best peer's time over "

@@ -33,7 +33,7 @@ PEER_LABELS = {"numpy": "numpy.einsum", "opt_einsum": "opt_einsum", "tblis": "py
 
 
 class NotApplicable(Exception):
-    """This contender cannot run this case; the message says why."""
+    """Raised when a contender cannot run a case; the message says why."""
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Contender:
     describe: Callable[[], str] | None = None
 
     def what_ran(self) -> str:
-        """The algorithm, as :attr:`describe` reports it now (else as prepared)."""
+        """Return the algorithm, as :attr:`describe` reports it now (else as prepared)."""
         return self.describe() if self.describe is not None else self.algorithm
 
 
@@ -60,7 +60,7 @@ def _numpy_result(x: Any) -> np.ndarray:
 
 def backend_contender(name: str, case: BenchCase, a: np.ndarray, b: np.ndarray,
                       c: np.ndarray, d: np.ndarray, threads: int | None = None) -> Contender:
-    """A reused pytapp plan on backend ``name``: ``D = alpha A B + beta C`` into ``d``."""
+    """Return a reused pytapp plan on backend ``name``: ``D = alpha A B + beta C`` into ``d``."""
     from pytapp.errors import TappError
     from pytapp.handle import Handle
     from pytapp.product import TensorProduct

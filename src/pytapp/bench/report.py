@@ -75,7 +75,7 @@ def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]], list[st
 
 
 def table_text(result: BenchResult) -> str:
-    """The table as plain aligned text."""
+    """Return the table as plain aligned text."""
     header, rows, notes = table_rows(result)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
@@ -86,7 +86,7 @@ def table_text(result: BenchResult) -> str:
 
 
 def to_json(result: BenchResult) -> dict[str, Any]:
-    """The JSON record of a run (schema: environment, peaks, cases[].results{name: ...})."""
+    """Return the JSON record of a run (schema: environment, peaks, cases[].results{name: ...})."""
 
     def num(x: float) -> float | None:
         return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -76,7 +76,7 @@ class TargetRow:
 
 
 def small_cases() -> list[BenchCase]:
-    """The tiny products of the ``small`` suite."""
+    """Return the tiny products of the ``small`` suite."""
     return small_family()
 
 
@@ -99,8 +99,11 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 
 def overhead_rows(repeats: int = 7, number: int = 2000,
                   cases: Sequence[BenchCase] | None = None) -> list[TargetRow]:
-    """Per-call time of ``plan.execute`` (goal 1.5x) and ``contract`` (goal 3x) against
-    ``numpy.einsum(optimize=False)`` with the same epilogue, per tiny case."""
+    """Measure the per-call time of ``plan.execute`` and ``contract``.
+
+    Per-call time of ``plan.execute`` (goal 1.5x) and ``contract`` (goal 3x) against
+    ``numpy.einsum(optimize=False)`` with the same epilogue, per tiny case.
+    """
     rows: list[TargetRow] = []
     for case in cases if cases is not None else small_cases():
         rows += _overhead_case(case, repeats, number)
@@ -147,8 +150,11 @@ def _overhead_case(case: BenchCase, repeats: int, number: int) -> list[TargetRow
 
 
 def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None:
-    """(batch extents, m, n, k) when ``case`` is GEMM-shaped: a (batched) GEMM whose
-    operands and D are matrices as they lie (blas copies nothing), with m, n, k >= 16."""
+    """(batch extents, m, n, k) when ``case`` is GEMM-shaped.
+
+    A (batched) GEMM whose operands and D are matrices as they lie (blas copies nothing), with
+    m, n, k >= 16.
+    """
     from pytapp import backends
     from pytapp.analysis.ttgt import gemm_layout
     from pytapp.handle import Handle
@@ -172,9 +178,12 @@ def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None
 
 def _flat_gemms(case: BenchCase, shape: tuple[tuple[int, ...], int, int, int],
                 repeats: int) -> dict[str, float]:
-    """Seconds of the same TAPP operation on contiguous flat operands, the best way each
+    """Time the same TAPP operation on contiguous flat operands.
+
+    Seconds of the same TAPP operation on contiguous flat operands, the best way each
     library allows: NumPy's matmul into D, then its in-place epilogue; torch's addmm/baddbmm
-    with alpha and beta (the BLAS call fuses them). Low precision: torch only, natively."""
+    with alpha and beta (the BLAS call fuses them). Low precision: torch only, natively.
+    """
     h, m, n, k = shape
     dt = case.datatype
     rng = np.random.default_rng(0)
@@ -217,8 +226,11 @@ def _best(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def gemm_rows(repeats: int = 5, cases: Sequence[BenchCase] | None = None) -> list[TargetRow]:
-    """The default backend on each GEMM-shaped case against the best flat GEMM doing the same
-    TAPP operation (goal 0.95; F16/BF16 against torch's native ``baddbmm``: 0.9)."""
+    """Compare the default backend on GEMM-shaped cases with the best flat GEMM.
+
+    Return the default backend on each GEMM-shaped case against the best flat GEMM doing the same
+    TAPP operation (goal 0.95; F16/BF16 against torch's native ``baddbmm``: 0.9).
+    """
     from pytapp.bench.peers import backend_contender
 
     rows: list[TargetRow] = []
@@ -266,8 +278,11 @@ print(time.perf_counter() - start)
 
 
 def cold_start_rows() -> list[TargetRow]:
-    """Seconds from interpreter start to the first two results, with a cold kernel cache (the
-    compile time, reported) and then a warm one (goal: 1 s)."""
+    """Measure the seconds from interpreter start to the first results.
+
+    Seconds from interpreter start to the first two results, with a cold kernel cache (the
+    compile time, reported) and then a warm one (goal: 1 s).
+    """
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         seconds = []
@@ -303,7 +318,7 @@ def _fmt_s(s: float) -> str:
 
 
 def targets_table(rows: Sequence[TargetRow]) -> str:
-    """A plain-text table, one row per target."""
+    """Return a plain-text table, one row per target."""
     head = f"{'target':<44} {'pytapp':>10} {'baseline':>10} {'ratio':>7} {'goal':>7}  met"
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -316,7 +331,7 @@ def targets_table(rows: Sequence[TargetRow]) -> str:
 
 
 def targets_markdown(rows: Sequence[TargetRow], plot: str | None = None) -> str:
-    """A Markdown report: per group, each target with its baseline, ratio and goal."""
+    """Return a Markdown report: per group, each target with its baseline, ratio and goal."""
     lines = ["# Per-product targets", "",
              "Ratios measured in one run on this machine (`pytapp bench --suite targets`). "
              "Overhead: pytapp's time over the baseline's (lower is better). GEMM-shaped and "

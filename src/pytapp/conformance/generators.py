@@ -81,7 +81,7 @@ def _flip(view: np.ndarray, modes: Sequence[int]) -> np.ndarray:
 def make_operand(
     rng: np.random.Generator, extents: Sequence[int], datatype: Datatype, kind: str
 ) -> OperandData:
-    """A view with the given extents, of layout ``kind``, inside a random parent array."""
+    """Return a view with the given extents, of layout ``kind``, inside a random parent array."""
     ext = tuple(int(e) for e in extents)
     n = len(ext)
     base = kind

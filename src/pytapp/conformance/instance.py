@@ -43,12 +43,12 @@ class Operands:
     d: OperandData
 
     def get(self, role: str) -> OperandData | None:
-        """The operand of ``role`` (``'A'``, ``'B'``, ``'C'`` or ``'D'``)."""
+        """Return the operand of ``role`` (``'A'``, ``'B'``, ``'C'`` or ``'D'``)."""
         data: OperandData | None = getattr(self, role.lower())
         return data
 
     def need(self, role: str) -> OperandData:
-        """The operand of ``role``, which must be present.
+        """Return the operand of ``role``, which must be present.
 
         Raises
         ------
@@ -67,7 +67,7 @@ class Operands:
         setattr(self, role.lower(), data)
 
     def view(self, role: str) -> Any:
-        """The view handed to the backend for ``role`` (``None`` for an absent C)."""
+        """Return the view handed to the backend for ``role`` (``None`` for an absent C)."""
         data = self.get(role)
         return None if data is None else data.view
 

@@ -75,7 +75,7 @@ def _rounded(x: Any, datatype: Datatype, rounding: Datatype | None) -> np.ndarra
 
 
 def _view_in(parent: np.ndarray, data: OperandData) -> np.ndarray:
-    """The operand's view re-created inside ``parent`` (a widened copy of its parent)."""
+    """Return the operand's view re-created inside ``parent`` (a widened copy of its parent)."""
     view = np.asarray(data.view)
     item = view.dtype.itemsize
     offset = data.offset_bytes // item

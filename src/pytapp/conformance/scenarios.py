@@ -48,13 +48,13 @@ class Call:
     plan: TensorProduct | None = None
 
     def the_plan(self) -> TensorProduct:
-        """The plan (only for steps that run after it was created)."""
+        """Return the plan (only for steps that run after it was created)."""
         if self.plan is None:
             raise RuntimeError("this scenario step needs the plan, which is not created yet")
         return self.plan
 
     def info(self, role: str) -> TensorInfo:
-        """The descriptor of ``role``, which must be present."""
+        """Return the descriptor of ``role``, which must be present."""
         found = self.infos[role]
         if found is None:
             raise RuntimeError(f"this scenario needs a {role} descriptor")
@@ -91,7 +91,7 @@ def _out_of_bounds(role: str, side: str) -> Callable[[Call], None]:
 
 
 def _oob_info(data: OperandData, side: str) -> TensorInfo:
-    """The operand's descriptor with one stride changed so its footprint leaves the allocation.
+    """Return the operand's descriptor with a stride that leaves the allocation.
 
     Needs a mode of extent > 1 (the case draws extents of at least 2).
     """
@@ -109,7 +109,7 @@ def _label_not_in_inputs(call: Call) -> None:
 
 
 def _repeated_d_extent(call: Call) -> None:
-    """A broadcast label twice in D, with two extents."""
+    """Return a broadcast label twice in D, with two extents."""
     d_info = call.info("D")
     call.infos["D"] = call.infos["C"] = TensorInfo(d_info.datatype, (*d_info.extents, 2, 3))
     call.labels["D"] = call.labels["C"] = (*call.labels["D"], "__bcast__", "__bcast__")
@@ -148,7 +148,7 @@ def _dtype_mismatch(call: Call) -> None:
 
 
 def _bad_scalar(call: Call) -> None:
-    """A scalar D's datatype cannot hold: too large, complex for real D, or not a number."""
+    """Return a scalar D's datatype cannot hold: too large, complex for real D, or not a number."""
     d_type = call.inst.datatypes["D"]
     call.alpha = 1e300 if d_type.is_complex else complex(1, 2)
     if d_type.itemsize >= 16:

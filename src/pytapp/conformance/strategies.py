@@ -71,7 +71,7 @@ def _canaries(inst: Instance) -> None:
 @st.composite
 def products(draw: st.DrawFn, datatypes: tuple[Datatype, ...] = tuple(Datatype),
              broadcast: bool = True, specials: bool = True) -> Instance:
-    """A valid product with data, canaries and the expected behaviour (success)."""
+    """Return a valid product with data, canaries and the expected behaviour (success)."""
     counts = {c: draw(st.integers(0, 2)) for c in _CLASSES}
     if not broadcast:
         counts["IC"] = 0
@@ -115,6 +115,6 @@ def products(draw: st.DrawFn, datatypes: tuple[Datatype, ...] = tuple(Datatype),
 
 @st.composite
 def misuses(draw: st.DrawFn) -> Instance:
-    """An invalid product or call: the instance says which error code it must raise."""
+    """Return an invalid product or call: the instance says which error code it must raise."""
     number = draw(st.sampled_from(_ERROR_CASES))
     return CASES[number].make(draw(st.integers(0, 10_000)))

@@ -31,7 +31,7 @@ __all__ = ["einsum_op", "torch_dtype"]
 
 
 def torch_dtype(dt: Datatype) -> torch.dtype:
-    """The torch dtype of a TAPP datatype."""
+    """Return the torch dtype of a TAPP datatype."""
     found: torch.dtype = getattr(torch, dt.numpy_dtype.name)
     return found
 
@@ -116,7 +116,9 @@ _einsum.register_autograd(_backward, setup_context=_setup)
 
 
 def einsum_op(subscripts: str, operands: list[Any], backend: str | None = None) -> Any:
-    """Run an einsum on torch tensors through the ``pytapp::einsum`` operator (autograd and
+    """Run an einsum on torch tensors through the ``pytapp::einsum`` operator.
+
+    Run an einsum on torch tensors through the ``pytapp::einsum`` operator (autograd and
     ``torch.compile`` see one operator). Non-tensor operands become tensors first.
 
     Raises

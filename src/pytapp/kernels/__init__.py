@@ -156,9 +156,12 @@ INNER_BLOCK = 1 << 14
 
 
 def _split_inner(ext: list[int], st: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Cut a long innermost dimension into blocks of :data:`INNER_BLOCK` (an extra, outer
+    """Cut a long innermost dimension into blocks of :data:`INNER_BLOCK`.
+
+    Cut a long innermost dimension into blocks of :data:`INNER_BLOCK` (an extra, outer
     dimension) when the outer dimensions give fewer blocks than a few per core: contiguous
-    operands merge into one dimension, which would otherwise run on one thread."""
+    operands merge into one dimension, which would otherwise run on one thread.
+    """
     n0, outer = ext[0], prod(ext[1:])
     chunk = INNER_BLOCK
     while chunk > 1024 and n0 % chunk:
@@ -175,8 +178,11 @@ STREAM_MAX_OUT = 1 << 15
 def _stream_reduce(out: np.ndarray, x: np.ndarray, y: np.ndarray | None, c: np.ndarray | None,
                    alpha: Any, beta: Any, conj_x: bool, conj_y: bool, conj_c: bool,
                    conj_out: bool, threads: int | None) -> None:
-    """:func:`reduce` walking x in its memory order: every thread adds its share of the
-    outermost dimension into a dense accumulator of ``out``'s shape, then one epilogue."""
+    """:func:`reduce` walking x in its memory order.
+
+    Every thread adds its share of the outermost dimension into a dense accumulator of ``out``'s
+    shape, then one epilogue.
+    """
     full, dtype = x.shape, out.dtype
     xb, xo, xst = flat(x)
     yb, yo, yst = _operand(y, full, dtype)
@@ -235,8 +241,11 @@ def epilogue(out: np.ndarray, t: np.ndarray, c: np.ndarray | None, alpha: Any,
 def _fused_small(out: np.ndarray, x: np.ndarray, y: np.ndarray | None, c: np.ndarray | None,
                  alpha: Any, beta: Any, conj_x: bool, conj_y: bool, conj_c: bool,
                  conj_out: bool) -> None:
-    """:func:`fused` for a few elements: NumPy ufuncs into a temporary (or ``out`` itself
-    when it is ``x``, the in-place epilogue), so overlapping views stay correct."""
+    """:func:`fused` for a few elements.
+
+    NumPy ufuncs into a temporary (or ``out`` itself when it is ``x``, the in-place epilogue),
+    so overlapping views stay correct.
+    """
     dtype = out.dtype.type
     second = dtype(alpha) if y is None else _op(y, conj_y)
     t = np.multiply(_op(x, conj_x), second, dtype=out.dtype)
@@ -294,8 +303,11 @@ def _inner_run(out: np.ndarray, x: np.ndarray) -> int:
 
 
 def aligned(x: np.ndarray) -> np.ndarray:
-    """``x`` itself when its elements are aligned, else an aligned copy made at memory speed
-    (as bytes: NumPy's element copy of misaligned data is several times slower)."""
+    """Return ``x`` when its elements are aligned, else an aligned copy.
+
+    ``x`` itself when its elements are aligned, else an aligned copy made at memory speed
+    (as bytes: NumPy's element copy of misaligned data is several times slower).
+    """
     if x.flags.aligned:
         return x
     fortran = x.flags.f_contiguous and not x.flags.c_contiguous
@@ -310,8 +322,7 @@ def aligned(x: np.ndarray) -> np.ndarray:
 
 def copy(out: np.ndarray, x: np.ndarray, *, conj: bool = False,
          threads: int | None = None) -> None:
-    """``out[...] = op(x)`` (``conj``: complex conjugate) for any layouts, cast to ``out``'s
-    dtype.
+    """``out[...] = op(x)`` (``conj``: complex conjugate) for any layouts, cast to ``out``'s dtype.
 
     Small operands: NumPy. Copies that keep the output's fastest mode contiguous in ``x``:
     NumPy slabs over the outermost mode, on the pool's threads. True transposes of large

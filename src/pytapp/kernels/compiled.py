@@ -27,7 +27,7 @@ TILE = 32
 
 
 def elementwise_blocks(shape: np.ndarray, tdim: int) -> int:
-    """Number of blocks of :func:`fused_elementwise`'s outer loop."""
+    """Return number of blocks of :func:`fused_elementwise`'s outer loop."""
     n0 = int(shape[0])
     if tdim > 0:
         outer = int(np.prod(shape)) // (n0 * int(shape[tdim]))
@@ -50,7 +50,7 @@ def _conj(v, flag):  # type: ignore[no-untyped-def]
 @njit(cache=True, nogil=True)
 def fused_elementwise(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_st,  # type: ignore[no-untyped-def]
                       shape, tdim, alpha, beta, mode, lo, hi):
-    """out = op(alpha * op(x) * op(y) + beta * op(c)) elementwise over ``shape``.
+    """Out = op(alpha * op(x) * op(y) + beta * op(c)) elementwise over ``shape``.
 
     Dimension 0 is walked innermost; dimension ``tdim`` (x's fastest, when it is not 0) is
     walked in tiles of TILE together with dimension 0, so that a transposition reads and
@@ -261,7 +261,7 @@ def fused_reduce(out, o_off, o_st, x, x_off, x_st, y, y_off, y_st, c, c_off, c_s
 
 @njit(cache=True, nogil=True)
 def stream_accumulate(acc, a_st, x, x_off, x_st, y, y_off, y_st, shape, mode, lo, hi):  # type: ignore[no-untyped-def]
-    """acc += op(x) * op(y), walking x in its memory order.
+    """Acc += op(x) * op(y), walking x in its memory order.
 
     ``shape`` lists every dimension, dimension 0 fastest in x; ``acc`` is a small dense
     accumulator (strides ``a_st``, 0 on summed dimensions) that stays in cache while x streams

@@ -53,7 +53,9 @@ def order_dims(shape: Sequence[int], lead: Sequence[int]) -> list[int]:
 def merge_dims(
     shape: Sequence[int], strides: Sequence[Sequence[int]], order: Sequence[int]
 ) -> tuple[list[int], list[list[int]]]:
-    """Merge neighbouring dimensions (in ``order``, fastest first) that every operand steps
+    """Merge neighbouring dimensions that every operand steps through together.
+
+    Merge neighbouring dimensions (in ``order``, fastest first) that every operand steps
     through as one: the slower one's stride is the faster one's times its extent.
 
     Returns the merged extents and, per operand, the merged strides (fastest first).

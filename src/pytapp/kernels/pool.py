@@ -27,9 +27,12 @@ _lock = threading.Lock()
 
 
 def cores() -> int:
-    """Cores this process may use: its CPU affinity, capped by ``OMP_NUM_THREADS`` when set
-    (Dask workers, job schedulers and users set it to keep processes from oversubscribing
-    the machine; pytapp's own threads follow it like the BLAS and OpenMP pools do)."""
+    """Cores this process may use.
+
+    Its CPU affinity, capped by ``OMP_NUM_THREADS`` when set (Dask workers, job schedulers and
+    users set it to keep processes from oversubscribing the machine; pytapp's own threads follow
+    it like the BLAS and OpenMP pools do).
+    """
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -42,7 +45,7 @@ def cores() -> int:
 
 
 def executor(threads: int) -> ThreadPoolExecutor:
-    """The shared pool, with at least ``threads`` workers (pytapp's only thread pool)."""
+    """Return the shared pool, with at least ``threads`` workers (pytapp's only thread pool)."""
     global _pool, _size
     with _lock:
         if _pool is None or _size < threads:
