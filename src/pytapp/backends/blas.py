@@ -501,11 +501,15 @@ class BlasPlan(Stateless):
         With C present that needs C elsewhere than D (the product would overwrite it) and an
         epilogue kernel that adds beta op_C(C) in place afterwards.
         """
+        # C that is D (or overlaps it) must be read before the GEMM overwrites D, so the
+        # product then goes through a temporary.
         if not self.direct_ok or (bound.c is not None and not (
                 self.c_in_place and not np.may_share_memory(bound.c, bound.d))):
             return None
         d = bound.d if self.d_perm_id else bound.d.transpose(self.d_perm)
         view = _reshape_view(d, shape)
+        # matmul's out= must have a unit-stride last axis to be written by BLAS itself;
+        # otherwise NumPy computes into a buffer and copies, which is slower than our store.
         if view is None or not view.flags.aligned or (self.kind == "gemm" and not (
             view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] == 1
         )):
@@ -523,6 +527,8 @@ class BlasPlan(Stateless):
         else:
             left, right, shape = a3, b3, (*h, m, n)
         out = self._direct_out(bound, shape)
+        # D not writable in place and large: row blocks keep each temporary in cache and store
+        # it into D (with the epilogue) before the next block is computed.
         if out is None and self.block is not None:
             self._gemm_blocked(left, right, bound, threads)
             return None, Written.DONE, ca + cb
@@ -573,6 +579,7 @@ class BlasPlan(Stateless):
             return np.dot(a.reshape(-1), b.reshape(-1)), Written.TEMP, 0
         a2, b2 = a.reshape((*h, k)), b.reshape((*h, k))
         out = self._direct_out(bound, h)
+        # vecdot conjugates its first argument for complex data; einsum does not.
         if np.issubdtype(self.compute, np.complexfloating):
             result = np.einsum("...k,...k->...", a2, b2, out=out)
         else:
@@ -729,10 +736,14 @@ class BlasPlan(Stateless):
         if self.route is not None:
             self._run_route(bound, threads)
             return Status(backend="blas", algorithm=self.algorithm, flops=spec.flops)
+        # NumPy skips BLAS for misaligned data (e.g. buffers deserialized by Dask) and runs a
+        # plain loop several times slower; the fused kernel reads them at memory speed.
         if self.reduce_ok and not (bound.a.flags.aligned and bound.b.flags.aligned):
             self._run_route(bound, threads, "reduce")
             return Status(backend="blas", algorithm="kernel: fused multiply-reduce (operands "
                           "not aligned for BLAS)", flops=spec.flops)
+        # "Plain" operands need neither rounding, conversion, conjugation nor isolated sums:
+        # they are used as views and only _matrix may copy them (when BLAS cannot read them).
         if self.a_plain:
             a, ca = (bound.a if self.a_perm_id else bound.a.transpose(self.a_perm)), 0
         else:
@@ -744,6 +755,8 @@ class BlasPlan(Stateless):
         result, mode, cm = self._kernel(a, b, bound, threads)
         self._finish(result, mode, bound, threads)
         copied = ca + cb + cm
+        # Learned from a real run rather than derived at plan time: the recipe then repeats
+        # exactly the reshapes this run made, for these strides (a later run compares them).
         if self._recipe is None and executor is None:
             self._learn_recipe(bound, copied, mode)
         temp = int(np.asarray(result).nbytes) if mode is Written.TEMP else 0
