@@ -147,14 +147,23 @@ def shared_handle(name: str) -> Handle:
             _handles.move_to_end(name)
             return h
     h = Handle(name)
+    _insert_destroying_evicted(_handles, name, h, HANDLE_CACHE_SIZE)
+    return h
+
+
+def _insert_destroying_evicted(cache: OrderedDict[Any, Any], key: Any, value: Any,
+                               size: int) -> None:
+    """Insert into a bounded cache and destroy what falls out.
+
+    Destroyed outside the lock: a handle's destroy destroys its plans.
+    """
     evicted = []
     with _lock:
-        _handles[name] = h
-        while len(_handles) > HANDLE_CACHE_SIZE:
-            evicted.append(_handles.popitem(last=False)[1])
+        cache[key] = value
+        while len(cache) > size:
+            evicted.append(cache.popitem(last=False)[1])
     for old in evicted:
         old.destroy()
-    return h
 
 
 def contract(
@@ -292,13 +301,7 @@ def contract(
             info["D"], ld, op_a=ops[0], op_b=ops[1], op_c=ops[2], op_d=ops[3], prec=prectype,
             allow_broadcast=allow_broadcast,
         )
-        evicted = []
-        with _lock:
-            _plans[key] = plan
-            while len(_plans) > PLAN_CACHE_SIZE:
-                evicted.append(_plans.popitem(last=False)[1])
-        for old in evicted:
-            old.destroy()
+        _insert_destroying_evicted(_plans, key, plan, PLAN_CACHE_SIZE)
     plan.execute(alpha, given["A"], given["B"], beta, given["C"], given["D"])
     if fast_key is not None:
         with _lock:

@@ -100,29 +100,30 @@ def _numpy_epilogue(d: np.ndarray, c: np.ndarray) -> Callable[[], None]:
     return finish
 
 
-def _numpy(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
-           d: np.ndarray) -> Contender:
-    expr, finish = case.einsum, _numpy_epilogue(d, c)
+def _into_d(name: str, product: Callable[[], object], d: np.ndarray,
+            c: np.ndarray) -> Contender:
+    """Return a peer that writes ``A B`` into ``d`` (``product``), then runs the epilogue."""
+    finish = _numpy_epilogue(d, c)
 
     def call() -> np.ndarray:
-        np.einsum(expr, a, b, optimize=True, out=d)
+        product()
         finish()
         return d
 
-    return Contender("numpy.einsum", call, _numpy_result, "peer")
+    return Contender(name, call, _numpy_result, "peer")
+
+
+def _numpy(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+           d: np.ndarray) -> Contender:
+    expr = case.einsum
+    return _into_d("numpy.einsum", lambda: np.einsum(expr, a, b, optimize=True, out=d), d, c)
 
 
 def _opt_einsum(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
                 d: np.ndarray) -> Contender:
     oe = importlib.import_module("opt_einsum")
-    expr, finish = case.einsum, _numpy_epilogue(d, c)
-
-    def call() -> np.ndarray:
-        oe.contract(expr, a, b, out=d)
-        finish()
-        return d
-
-    return Contender("opt_einsum", call, _numpy_result, "peer")
+    expr = case.einsum
+    return _into_d("opt_einsum", lambda: oe.contract(expr, a, b, out=d), d, c)
 
 
 def _pytblis(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray,
