@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.cost import least_flops
+from pytapp.analysis.letters import LETTERS
 from pytapp.datatypes import Datatype
 
 __all__ = ["DOMAINS", "BenchCase", "generate", "load_public", "random_case", "small_family",
@@ -167,7 +168,7 @@ def random_case(seed: int, size: float = 1.0) -> BenchCase:
     counts = {"H": int(rng.integers(0, 2)), "FA": int(rng.integers(1, 4)),
               "FB": int(rng.integers(0, 4)), "P": int(rng.integers(1, 4)),
               "IA": int(rng.random() < 0.2)}
-    pool = list("abcdefghijklmnopqrstuvwxyz")
+    pool = list(LETTERS[:26])  # lowercase only
     rng.shuffle(pool)
     cls = {k: [pool.pop() for _ in range(n)] for k, n in counts.items()}
     names = [x for k in cls for x in cls[k]]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.cost import flop_count
 from pytapp.bench.cases import BenchCase
 from pytapp.bench.peers import (
     ALPHA,
@@ -209,7 +210,7 @@ def measure_peaks(datatypes: Sequence[Datatype]) -> dict[str, Any]:
         best = 0.0
         for n in (512, 1024, 2048) if not dt.is_complex else (512, 1024):
             x = rng.standard_normal((n, n)).astype(dt.numpy_dtype)
-            flops = (8 if dt.is_complex else 2) * n**3
+            flops = flop_count((n, n, n), dt.is_complex)
             runs = [partial(np.matmul, x, x)]
             if torch is not None:
                 tx = torch.from_numpy(x)
