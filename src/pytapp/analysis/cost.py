@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from math import prod
 from typing import Any
 
-__all__ = ["MachineModel", "flop_count", "gemm_seconds", "least_flops", "ttgt_seconds",
+__all__ = ["MachineModel", "Route", "flop_count", "gemm_seconds", "least_flops", "ttgt_seconds",
            "view_gemm_seconds"]
 
 
@@ -49,6 +50,20 @@ def least_flops(labels: tuple[Sequence[Hashable], Sequence[Hashable], Sequence[H
     d = prod(extents[x] for x in set(ld))
     return (2 if is_complex else 1) * sums + (8 if is_complex else 2) * prod(
         extents[x] for x in core) + (6 if is_complex else 3) * d
+
+
+class Route(str, Enum):
+    """A product blas computes without packing, as one pass or as GEMMs on views.
+
+    Recorded in blas's plan profile, which the cost model of ``auto`` prices.
+    """
+
+    #: Hadamard and outer products: one compiled pass writing D.
+    ELEMENTWISE = "elementwise"
+    #: GEMV-like products: one compiled multiply-reduce pass over the large operand.
+    REDUCE = "reduce"
+    #: GEMMs straight on strided views, looping over the free labels that do not fuse.
+    VIEW_GEMM = "view-gemm"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.analysis.cost import MachineModel, gemm_seconds, ttgt_seconds, view_gemm_seconds
+from pytapp.analysis.cost import (
+    MachineModel,
+    Route,
+    gemm_seconds,
+    ttgt_seconds,
+    view_gemm_seconds,
+)
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
@@ -187,9 +193,9 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
     for name in capable:
         if name == "blas":
             route = p.get("route")
-            if route in ("elementwise", "reduce"):
+            if route in (Route.ELEMENTWISE, Route.REDUCE):
                 out[name] = touched / machine.bandwidth
-            elif route == "view-gemm":
+            elif route is Route.VIEW_GEMM:
                 vm, vn, vk, calls = p["view"]
                 out[name] = view_gemm_seconds(vm, vn, vk, calls, model("numpy", dt), cplx)
             elif p.get("kind") == "gemm":

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pytapp import kernels
-from pytapp.analysis.cost import MachineModel, ttgt_seconds, view_gemm_seconds
+from pytapp.analysis.cost import MachineModel, Route, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import gemm_layout
@@ -196,7 +196,7 @@ class BlasPlan(Stateless):
             self.algorithm = self.route_description()
             self.workspace_bytes = 0
             self.profile["route"] = self.route
-            if self.route == "view-gemm":
+            if self.route is Route.VIEW_GEMM:
                 g = self._views()
                 self.profile["view"] = (g.m, g.n, g.k, g.calls)
         _log.debug("blas layout of %s: kind %s, h %s m %d n %d k %d, A perm %s, B perm %s, "
@@ -242,7 +242,7 @@ class BlasPlan(Stateless):
                 and all(op.datatype.numpy_dtype == self.compute for op in spec.operands)
                 and all(self._round_free(op.datatype) for op in spec.operands))
 
-    def _kernel_route(self) -> str | None:
+    def _kernel_route(self) -> Route | None:
         """``elementwise`` or ``reduce`` when one compiled pass computes D from A, B and C.
 
         Elementwise: Hadamard and outer products (no label summed). Reduce: GEMV-like
@@ -253,7 +253,7 @@ class BlasPlan(Stateless):
             return None
         cls = self.spec.classes
         if self.kind == "elementwise" and not (cls.IA or cls.IB):
-            return "elementwise"
+            return Route.ELEMENTWISE
         out_size = prod(self.spec.extent(x) for x in self.spec.d.modes.labels)
         gemv_like = self.kind == "dot" or (self.kind == "gemm" and min(self.m, self.n) == 1)
         # A GEMV that BLAS reads in place (nothing copied, D written directly) stays BLAS's:
@@ -264,9 +264,9 @@ class BlasPlan(Stateless):
         #: time: NumPy gives BLAS only aligned data, and copying them costs more).
         self.reduce_ok = gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS
         if self.reduce_ok and not blas_in_place:
-            return "reduce"
+            return Route.REDUCE
         self.view_gemm = self._choose_view_gemm() if self.kind == "gemm" else None
-        return "view-gemm" if self.view_gemm is not None else None
+        return Route.VIEW_GEMM if self.view_gemm is not None else None
 
     def _views(self) -> ViewGemm:
         """Return the GEMMs-on-views mapping of route ``view-gemm`` (set with the route)."""
@@ -295,12 +295,12 @@ class BlasPlan(Stateless):
 
     def route_description(self) -> str:
         """Return what a kernel route does, for ``algorithm``."""
-        if self.route == "view-gemm":
+        if self.route is Route.VIEW_GEMM:
             g = self._views()
             return (f"{g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                     f"[m={g.m}, n={g.n}, k={g.k}; loop over {', '.join(map(str, g.batch))}]"
                     + (" (D^T = B^T A^T)" if g.swap else "") + " (no copies)")
-        if self.route == "elementwise":
+        if self.route is Route.ELEMENTWISE:
             return "kernel: fused elementwise product into D (A, B, C read where they lie)"
         return (f"kernel: fused multiply-reduce into D [m={prod(self.h_shape) * self.m * self.n},"
                 f" k={self.k}] (no copies)")
@@ -344,19 +344,19 @@ class BlasPlan(Stateless):
                           conj_out=conj_d, threads=threads)
 
     def _run_route(self, bound: BoundProduct, threads: int | None,
-                   route: str | None = None) -> None:
+                   route: Route | None = None) -> None:
         route = route or self.route
-        if route == "view-gemm":
+        if route is Route.VIEW_GEMM:
             self._run_view_gemm(bound, threads)
             return
         spec, cls = self.spec, self.spec.classes
         conj = {op.role: op.conjugates for op in spec.operands}
         out_labels = spec.d.modes.labels
-        labels = out_labels if route == "elementwise" else (
+        labels = out_labels if route is Route.ELEMENTWISE else (
             *out_labels, *cls.P, *cls.IA, *cls.IB)
         x = self._label_view(bound.a, spec.a, labels)
         y = self._label_view(bound.b, spec.b, labels)
-        kernel = kernels.fused if route == "elementwise" else kernels.reduce
+        kernel = kernels.fused if route is Route.ELEMENTWISE else kernels.reduce
         kernel(bound.d, x, y, bound.c, alpha=bound.alpha,
                beta=0 if bound.c is None else bound.beta, conj_x=conj["A"], conj_y=conj["B"],
                conj_c=conj["C"], conj_out=conj["D"], threads=threads)
@@ -739,7 +739,7 @@ class BlasPlan(Stateless):
         # NumPy skips BLAS for misaligned data (e.g. buffers deserialized by Dask) and runs a
         # plain loop several times slower; the fused kernel reads them at memory speed.
         if self.reduce_ok and not (bound.a.flags.aligned and bound.b.flags.aligned):
-            self._run_route(bound, threads, "reduce")
+            self._run_route(bound, threads, Route.REDUCE)
             return Status(backend="blas", algorithm="kernel: fused multiply-reduce (operands "
                           "not aligned for BLAS)", flops=spec.flops)
         # "Plain" operands need neither rounding, conversion, conjugation nor isolated sums:
