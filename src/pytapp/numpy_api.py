@@ -35,7 +35,7 @@ from pytapp.expression import (
     to_numpy,
 )
 from pytapp.network import PathInfo
-from pytapp.typing import BackendName
+from pytapp.typing import ArrayLike, BackendName
 
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
 
@@ -56,8 +56,9 @@ def _needs_torch_op(operands: Sequence[Any]) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def einsum(subscripts: Any, *operands: Any, out: Any = None, optimize: Any = "auto",
-           memory_limit: Any = None, backend: BackendName | None = None, dtype: Any = None) -> Any:
+def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
+           optimize: Any = "auto", memory_limit: Any = None,
+           backend: BackendName | None = None, dtype: Any = None) -> ArrayLike:
     """Evaluate an Einstein summation the way ``numpy.einsum`` does, on TAPP products.
 
     Parameters
@@ -193,7 +194,8 @@ def _ndim(x: Any) -> int:
     return len(shape) if shape is not None else to_numpy(x, "operand").ndim
 
 
-def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: BackendName | None = None) -> Any:
+def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
+              backend: BackendName | None = None) -> ArrayLike:
     """``numpy.tensordot`` (and the array API's) on a TAPP product.
 
     ``axes`` is a count (the last ``axes`` modes of ``a`` with the first of ``b``) or a pair
@@ -234,8 +236,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2, *, backend: BackendName | None = No
     return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
 
 
-def transpose(a: Any, axes: Sequence[int] | None = None, *,
-              backend: BackendName | None = None) -> Any:
+def transpose(a: ArrayLike, axes: Sequence[int] | None = None, *,
+              backend: BackendName | None = None) -> ArrayLike:
     """``numpy.transpose`` as a TAPP product (a new array, not a view).
 
     Examples

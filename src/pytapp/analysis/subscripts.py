@@ -9,8 +9,10 @@ opt_einsum.
 Examples
 --------
 >>> eq = parse_subscripts("...ij,jk", (3, 2))
->>> eq.as_letters()
-'aij,jk->aik'
+>>> str(eq).replace(ellipsis_symbol(0), "...")
+'...ij,jk->...ik'
+>>> eq.letter_map()[ellipsis_symbol(0)]
+'a'
 """
 
 from __future__ import annotations
@@ -45,24 +47,8 @@ class Equation:
     def __str__(self) -> str:
         return ",".join(self.inputs) + "->" + self.output
 
-    def as_letters(self) -> str:
-        """Subscripts NumPy can parse: labels other than a-z, A-Z renamed to unused letters.
-
-        Raises
-        ------
-        InvalidDescriptorError
-            Code 13 when the equation has more than 52 labels.
-
-        Examples
-        --------
-        >>> Equation((ellipsis_symbol(0) * 2, ellipsis_symbol(0) + "b"), "b").as_letters()
-        'aa,ab->b'
-        """
-        rename = self.letter_map()
-        return "".join(rename.get(ch, ch) for ch in str(self))
-
     def letter_map(self) -> dict[str, str]:
-        """Every label -> the letter :meth:`as_letters` writes for it (ASCII letters stay).
+        """Return every label's letter for NumPy: ASCII letters stay, others get unused ones.
 
         Raises
         ------
@@ -71,8 +57,9 @@ class Equation:
 
         Examples
         --------
-        >>> Equation((ellipsis_symbol(0) + "b",), "b").letter_map()["b"]
-        'b'
+        >>> m = Equation((ellipsis_symbol(0) * 2, ellipsis_symbol(0) + "b"), "b").letter_map()
+        >>> m[ellipsis_symbol(0)], m["b"]
+        ('a', 'b')
         """
         used = set(self.labels)
         free = iter(ch for ch in LETTERS if ch not in used)
