@@ -416,6 +416,8 @@ class AutoBackend(Stateless):
         try:
             plan = AutoPlan(spec, candidates, str(choice), executor, predicted)
         except TappError:
+            # Capabilities do not say everything (torch and tblis take at most 52 labels,
+            # a library may refuse a layout): only auto may choose another backend.
             choice = "blas" if "blas" in candidates and choice != "blas" else "reference"
             plan = AutoPlan(spec, candidates, choice, executor, predicted)
         plan.tuned = remembered in candidates

@@ -330,9 +330,12 @@ def copy(out: np.ndarray, x: np.ndarray, *, conj: bool = False,
     """
     conj = conj and x.dtype.kind == "c"
     n = _threads(out.size, threads)
+    # Small copies: NumPy's per-call cost is lower than the kernel's dispatch.
     if out.size < SMALL_COPY or out.ndim == 0 or (n == 1 and not supports(out, x)):
         _copy_slabs(out, x, conj, 1) if out.ndim else np.copyto(out, x, casting="unsafe")
         return
+    # Long contiguous runs: NumPy's inner loop is as fast as ours, so split the outermost
+    # mode into slabs for the threads. Short runs (true transposes) need the blocked kernel.
     if _inner_run(out, x) >= NUMPY_RUN or not supports(out, x):
         outer = max(range(out.ndim), key=lambda d: (abs(out.strides[d]), -d))
         order = [outer] + [d for d in range(out.ndim) if d != outer]
@@ -376,6 +379,8 @@ def reduce(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
         es, ss = [1], [[0] for _ in ops]
     ext = ek + es
     st = [a + b for a, b in zip(sk, ss, strict=True)]
+    # The innermost loop runs over whichever dimension x steps through fastest: over kept
+    # dimensions (one dot product per output row, vectorised across rows) or summed ones.
     inner_keep = abs(st[1][0]) <= abs(st[1][len(ek)]) and ek[0] > 1
     if (ek[0] if inner_keep else es[0]) < SHORT_RUN and out.size <= STREAM_MAX_OUT:
         # Short inner loops: stream x in its own memory order into small accumulators.
@@ -388,5 +393,6 @@ def reduce(out: np.ndarray, x: np.ndarray, y: np.ndarray | None = None,
             np.asarray(ext, dtype=np.int64), len(ek), inner_keep, dtype.type(alpha),
             dtype.type(beta), _mode(y, c, conj_x, conj_y, conj_c, conj_out, dtype.kind == "c"),
             dtype.type(0))
+    # Threads split the output rows: each output element is written by exactly one thread.
     rows = prod(ek[1:]) if inner_keep else prod(ek)
     run_blocks(lambda lo, hi: k.fused_reduce(*args, lo, hi), rows, _threads(x.size, threads))
