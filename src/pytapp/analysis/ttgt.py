@@ -13,7 +13,7 @@ Examples
 >>> spec = build_spec(a=(F, (4, 3), (3, 1), "ik", 0), b=(F, (3, 5), (5, 1), "kj", 0),
 ...                   c=(F, (4, 5), (5, 1), "ij", 0), d=(F, (4, 5), (5, 1), "ij", 0), prec=-1)
 >>> lay = gemm_layout(spec)
->>> lay.kind, lay.m, lay.n, lay.k, lay.swap
+>>> lay.kind.value, lay.m, lay.n, lay.k, lay.swap
 ('gemm', 4, 5, 3, False)
 """
 
@@ -21,27 +21,39 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from math import prod
 
+from pytapp.analysis.cost import Route
 from pytapp.analysis.layout import order_by_stride
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 
-__all__ = ["GemmLayout", "gemm_layout"]
+__all__ = ["GemmLayout", "Kind", "PlanProfile", "gemm_layout"]
 
 Label = Hashable
+
+
+class Kind(Enum):
+    """How a product maps onto matrices."""
+
+    #: Contracted labels and free labels on both sides (or one): a (batched) GEMM.
+    GEMM = "gemm"
+    #: No contracted label: Hadamard and outer products.
+    ELEMENTWISE = "elementwise"
+    #: Contracted labels but no free label: (batched) inner products.
+    DOT = "dot"
 
 
 @dataclass(frozen=True)
 class GemmLayout:
     """Label orders, shapes and axis permutations of a product mapped onto GEMM.
 
-    ``kind`` is ``gemm`` (contracted labels and free labels), ``elementwise`` (no contracted
-    label: Hadamard and outer products) or ``dot`` (no free label). Operand axes are permuted
+    ``kind``: see :class:`Kind`. Operand axes are permuted
     by ``a_perm``/``b_perm`` after the isolated labels (``a_reduce``/``b_reduce``) are summed;
     D's axes by ``d_perm`` into ``d_target`` order followed by its broadcast labels.
     """
 
-    kind: str
+    kind: Kind
     h: tuple[Label, ...]
     fa: tuple[Label, ...]
     fb: tuple[Label, ...]
@@ -63,6 +75,27 @@ class GemmLayout:
     b_perm: tuple[int, ...]
 
 
+@dataclass
+class PlanProfile:
+    """What blas will do for a product, as the cost model of ``auto`` prices it.
+
+    ``kind`` is the layout's (``None`` when unknown: every figure then takes its default);
+    ``copy_bytes`` the operand bytes packed per execution; ``d_direct`` whether the product
+    is written straight into D; ``route`` and ``view`` (m, n, k, calls of the GEMMs on
+    views) when blas runs it without packing.
+    """
+
+    kind: Kind | None = None
+    h: int = 1
+    m: int = 1
+    n: int = 1
+    k: int = 1
+    copy_bytes: int = 0
+    d_direct: bool = True
+    route: Route | None = None
+    view: tuple[int, int, int, int] | None = None
+
+
 def _larger(x: OperandSpec, y: OperandSpec) -> OperandSpec:
     return x if x.size >= y.size else y
 
@@ -82,9 +115,9 @@ def gemm_layout(spec: ContractionSpec) -> GemmLayout:
     p = _order(cls.P, _larger(a, b))
     ext = spec.extent
     m, n, k = (prod(ext(x) for x in g) for g in (fa, fb, p))
-    kind = "elementwise" if not p else "dot" if not fa and not fb else "gemm"
+    kind = Kind.ELEMENTWISE if not p else Kind.DOT if not fa and not fb else Kind.GEMM
     d_strides = dict(zip(d.modes.labels, d.modes.strides, strict=True))
-    swap = bool(kind == "gemm" and fa and fb and
+    swap = bool(kind is Kind.GEMM and fa and fb and
                 min(abs(d_strides[x]) for x in fa) < min(abs(d_strides[x]) for x in fb))
     first, second = (fb, fa) if swap else (fa, fb)
     d_target = (*h, *first, *second)

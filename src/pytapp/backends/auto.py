@@ -21,7 +21,6 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from pytapp.analysis.cost import (
     view_gemm_seconds,
 )
 from pytapp.analysis.spec import ContractionSpec
+from pytapp.analysis.ttgt import Kind, PlanProfile
 from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
@@ -162,7 +162,7 @@ def call_overheads(names: list[str]) -> dict[str, float]:
     return {n: _overheads[n] for n in names}
 
 
-def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, Any] | None,
+def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile | None,
                 machine: Machine) -> dict[str, float]:
     """Predicted seconds of each capable backend, from this machine's measured constants.
 
@@ -170,7 +170,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
     or TTGT with its copies) at NumPy's GEMM rate; torch: the same TTGT at torch's rate (its
     native rate for F16/BF16 inputs); tblis: the GEMM without copies at NumPy's rate.
     """
-    p = profile or {}
+    p = profile or PlanProfile()
     cplx = spec.rule.is_complex
     compute = spec.rule.real if not cplx else (
         Datatype.C32 if spec.rule.real is Datatype.F32 else Datatype.C64)
@@ -179,9 +179,9 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
     dt, item = compute.short_name, compute.itemsize
     touched = item * sum(op.size for op in spec.operands)
     out: dict[str, float] = {}
-    m, n, k, h = p.get("m", 1), p.get("n", 1), p.get("k", 1), p.get("h", 1)
-    stored = 0 if p.get("d_direct", True) else spec.d.size * item
-    copies = p.get("copy_bytes", 0)
+    m, n, k, h = p.m, p.n, p.k, p.h
+    stored = 0 if p.d_direct else spec.d.size * item
+    copies = p.copy_bytes
 
     def model(library: str, rate_dt: str) -> MachineModel:
         rate = machine.gemm_rate(library, rate_dt) or machine.gemm_rate("numpy", dt) or 1e10
@@ -192,13 +192,13 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
     converted = sum(op.size for op in spec.operands if op.datatype in _LOW)
     for name in capable:
         if name == "blas":
-            route = p.get("route")
+            route = p.route
             if route in (Route.ELEMENTWISE, Route.REDUCE):
                 out[name] = touched / machine.bandwidth
-            elif route is Route.VIEW_GEMM:
-                vm, vn, vk, calls = p["view"]
+            elif route is Route.VIEW_GEMM and p.view is not None:
+                vm, vn, vk, calls = p.view
                 out[name] = view_gemm_seconds(vm, vn, vk, calls, model("numpy", dt), cplx)
-            elif p.get("kind") == "gemm":
+            elif p.kind is Kind.GEMM:
                 out[name] = ttgt_seconds(m, n, k, h, copies, stored, model("numpy", dt), cplx)
             else:
                 out[name] = 2 * touched / machine.bandwidth
@@ -206,10 +206,10 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
         elif name == "torch":
             rate_dt = spec.a.datatype.short_name if low else dt
             out[name] = (ttgt_seconds(m, n, k, h, copies, stored, model("torch", rate_dt), cplx)
-                         if p.get("kind") == "gemm" else 2 * touched / machine.bandwidth)
+                         if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
         elif name == "tblis":
             out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
-                         if p.get("kind") == "gemm" else 2 * touched / machine.bandwidth)
+                         if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
     if out and min(out.values()) < OVERHEADS_MATTER_BELOW:
         for name, seconds in call_overheads(list(out)).items():
             out[name] += seconds
@@ -217,7 +217,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: dict[str, An
 
 
 def model_choice(spec: ContractionSpec, capable: list[str],
-                 profile: dict[str, Any] | None = None,
+                 profile: PlanProfile | None = None,
                  machine: Machine | None = None) -> str:
     """Return the cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
@@ -231,19 +231,19 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     if spec.rule.real is Datatype.F16 and "reference" in capable:
         return "reference"
     machine = machine or machine_constants()
-    p = profile or {}
-    if p.get("route") and "blas" in capable:
+    p = profile or PlanProfile()
+    if p.route is not None and "blas" in capable:
         return "blas"
     if spec.a.datatype in _LOW and spec.b.datatype in _LOW and "torch" in capable:
         if "blas" not in capable:
             return "torch"
         ranked = predictions(spec, ["blas", "torch"], p, machine)
         return min(ranked, key=lambda name: ranked[name])
-    kind = p.get("kind")
+    kind = p.kind
     if "tblis" in capable and (
-        (kind == "gemm" and p.get("k", 0) <= TBLIS_MAX_K
-         and (not p.get("d_direct") or p.get("copy_bytes", 0) >= TBLIS_MIN_COPY))
-        or (kind == "elementwise" and not p.get("d_direct"))
+        (kind is Kind.GEMM and p.k <= TBLIS_MAX_K
+         and (not p.d_direct or p.copy_bytes >= TBLIS_MIN_COPY))
+        or (kind is Kind.ELEMENTWISE and not p.d_direct)
     ):
         return "tblis"
     ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine)

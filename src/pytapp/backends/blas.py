@@ -31,7 +31,7 @@ from pytapp import kernels
 from pytapp.analysis.cost import MachineModel, Route, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
-from pytapp.analysis.ttgt import gemm_layout
+from pytapp.analysis.ttgt import Kind, PlanProfile, gemm_layout
 from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
 from pytapp.backends.base import ALL_PRECTYPES, Capabilities, Stateless
 from pytapp.backends.threads import (
@@ -126,7 +126,7 @@ class BlasPlan(Stateless):
         #: (strides of A, B, D; shapes of the GEMM views; bytes packed) once a run was one GEMM.
         self._recipe: tuple[Any, Any, int] | None = None
         #: What the plan will do, for cost models (auto): sizes, copies, direct output.
-        self.profile: dict[str, Any] = {}
+        self.profile = PlanProfile()
         real = rule.real_dtype
         self.compute: np.dtype[Any] = (
             np.result_type(real, np.complex64) if rule.is_complex else real
@@ -160,7 +160,8 @@ class BlasPlan(Stateless):
         self.b_perm_id = self.b_perm == tuple(range(len(self.b_perm)))
         self.d_perm_id = self.d_perm == tuple(range(len(self.d_perm)))
         detail = f"h={prod(self.h_shape)}, m={self.m}, n={self.n}, k={self.k}"
-        name = {"gemm": "batched gemm" if self.h else "gemm"}.get(self.kind, self.kind)
+        name = ("batched gemm" if self.h else "gemm") if self.kind is Kind.GEMM else \
+            self.kind.value
         extras = []
         if cls.IA or cls.IB:
             extras.append("reduce isolated labels first")
@@ -169,12 +170,12 @@ class BlasPlan(Stateless):
         if self.swap:
             extras.append("D^T = B^T A^T")
         self.algorithm = f"{name} [{detail}]" + (f" ({'; '.join(extras)})" if extras else "")
-        self._kernel = {"gemm": self._gemm, "elementwise": self._elementwise,
-                        "dot": self._dot}[self.kind]
+        self._kernel = {Kind.GEMM: self._gemm, Kind.ELEMENTWISE: self._elementwise,
+                        Kind.DOT: self._dot}[self.kind]
         # Many small GEMMs: split the batch across threads, one BLAS thread each.
         per_gemm = 2 * self.m * self.n * self.k
         self.split_batches = (
-            self.kind == "gemm" and len(self.h) > 0 and self.h_shape[0] >= 2
+            self.kind is Kind.GEMM and len(self.h) > 0 and self.h_shape[0] >= 2
             and SPLIT_MIN_FLOPS <= per_gemm <= SPLIT_MAX_FLOPS
             and per_gemm * prod(self.h_shape) >= SPLIT_MIN_TOTAL
         )
@@ -195,12 +196,12 @@ class BlasPlan(Stateless):
         elif self.route is not None:
             self.algorithm = self.route_description()
             self.workspace_bytes = 0
-            self.profile["route"] = self.route
+            self.profile.route = self.route
             if self.route is Route.VIEW_GEMM:
                 g = self._views()
-                self.profile["view"] = (g.m, g.n, g.k, g.calls)
+                self.profile.view = (g.m, g.n, g.k, g.calls)
         _log.debug("blas layout of %s: kind %s, h %s m %d n %d k %d, A perm %s, B perm %s, "
-                   "D perm %s; profile %s", spec.einsum(), self.kind, self.h_shape, self.m,
+                   "D perm %s; profile %s", spec.einsum(), self.kind.value, self.h_shape, self.m,
                    self.n, self.k, self.a_perm, self.b_perm, self.d_perm, self.profile)
 
     # ----------------------------------------------------------------- kernel routes
@@ -213,8 +214,8 @@ class BlasPlan(Stateless):
         """
         spec = self.spec
         if (max(op.size for op in spec.operands) > SMALL_ELEMENTS or spec.classes.IC
-                or (self.kind == "gemm" and not self.profile["copy_bytes"]
-                    and self.profile["d_direct"])
+                or (self.kind is Kind.GEMM and not self.profile.copy_bytes
+                    and self.profile.d_direct)
                 or not all(op.datatype.numpy_dtype == self.compute for op in spec.operands)
                 or not all(self._round_free(op.datatype) for op in spec.operands)):
             return None
@@ -252,20 +253,20 @@ class BlasPlan(Stateless):
         if not self._uniform():
             return None
         cls = self.spec.classes
-        if self.kind == "elementwise" and not (cls.IA or cls.IB):
+        if self.kind is Kind.ELEMENTWISE and not (cls.IA or cls.IB):
             return Route.ELEMENTWISE
         out_size = prod(self.spec.extent(x) for x in self.spec.d.modes.labels)
-        gemv_like = self.kind == "dot" or (self.kind == "gemm" and min(self.m, self.n) == 1)
+        gemv_like = self.kind is Kind.DOT or (self.kind is Kind.GEMM and min(self.m, self.n) == 1)
         # A GEMV that BLAS reads in place (nothing copied, D written directly) stays BLAS's:
         # its threaded GEMV streams the operand as fast as the kernel, without the dispatch.
-        blas_in_place = self.kind == "gemm" and self.profile["copy_bytes"] == 0 and \
-            self.profile["d_direct"]
+        blas_in_place = self.kind is Kind.GEMM and self.profile.copy_bytes == 0 and \
+            self.profile.d_direct
         #: Whether the reduce kernel can run this product (for misaligned operands at run
         #: time: NumPy gives BLAS only aligned data, and copying them costs more).
         self.reduce_ok = gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS
         if self.reduce_ok and not blas_in_place:
             return Route.REDUCE
-        self.view_gemm = self._choose_view_gemm() if self.kind == "gemm" else None
+        self.view_gemm = self._choose_view_gemm() if self.kind is Kind.GEMM else None
         return Route.VIEW_GEMM if self.view_gemm is not None else None
 
     def _views(self) -> ViewGemm:
@@ -283,8 +284,8 @@ class BlasPlan(Stateless):
         model, cplx = MachineModel(), self.spec.rule.is_complex
         item = self.compute.itemsize
         p = self.profile
-        stored = 0 if p["d_direct"] else spec.d.size * item
-        ttgt = ttgt_seconds(self.m, self.n, self.k, prod(self.h_shape), p["copy_bytes"],
+        stored = 0 if p.d_direct else spec.d.size * item
+        ttgt = ttgt_seconds(self.m, self.n, self.k, prod(self.h_shape), p.copy_bytes,
                             stored, model, cplx)
         best = min(view_gemms(spec), default=None,
                    key=lambda g: view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx))
@@ -377,14 +378,15 @@ class BlasPlan(Stateless):
             copied += spec.b.size * item
         total = copied
         d_size = prod(spec.extent(x) for x in self.d_target)
-        groups: list[Sequence[Label]] = [first, second] if self.kind == "gemm" else [self.d_target]
+        groups: list[Sequence[Label]] = (
+            [first, second] if self.kind is Kind.GEMM else [self.d_target])
         d_direct = self.direct_ok and in_place(spec.d, groups, True)
         if not d_direct:
             total += BLOCK_BYTES if self.block is not None else d_size * item
         if self.spec.c.datatype.numpy_dtype != self.compute or self.spec.c.conjugate:
             total += spec.d.size * item  # C converted to the compute type
-        self.profile = {"kind": self.kind, "h": prod(self.h_shape), "m": self.m, "n": self.n,
-                        "k": self.k, "copy_bytes": copied, "d_direct": d_direct}
+        self.profile = PlanProfile(kind=self.kind, h=prod(self.h_shape), m=self.m, n=self.n,
+                                   k=self.k, copy_bytes=copied, d_direct=d_direct)
         return int(total)
 
     def _plan_blocks(
@@ -396,7 +398,7 @@ class BlasPlan(Stateless):
         it in row blocks of at most BLOCK_BYTES keeps that temporary in cache, so D is written
         once from cache instead of the whole temporary going through memory twice.
         """
-        if self.kind != "gemm" or self.h or self.ic:
+        if self.kind is not Kind.GEMM or self.h or self.ic:
             return None
         ext = [self.spec.extent(x) for x in first]
         cols = prod(self.spec.extent(x) for x in second)
@@ -510,7 +512,7 @@ class BlasPlan(Stateless):
         view = _reshape_view(d, shape)
         # matmul's out= must have a unit-stride last axis to be written by BLAS itself;
         # otherwise NumPy computes into a buffer and copies, which is slower than our store.
-        if view is None or not view.flags.aligned or (self.kind == "gemm" and not (
+        if view is None or not view.flags.aligned or (self.kind is Kind.GEMM and not (
             view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] == 1
         )):
             return None
@@ -705,7 +707,7 @@ class BlasPlan(Stateless):
         On views of A and B, or on small copies of them (which a reshape makes as well).
         """
         spec = self.spec
-        if (self.kind != "gemm" or mode is not Written.DIRECT or self.split_batches
+        if (self.kind is not Kind.GEMM or mode is not Written.DIRECT or self.split_batches
                 or self.route is not None or not (self.a_plain and self.b_plain)
                 or bound.a.dtype != self.compute or bound.b.dtype != self.compute
                 or (copied and max(spec.a.size, spec.b.size) >= kernels.SMALL_COPY)):

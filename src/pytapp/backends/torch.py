@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
-from pytapp.analysis.ttgt import gemm_layout
+from pytapp.analysis.ttgt import Kind, gemm_layout
 from pytapp.backends.base import (
     ALL_DATATYPES,
     Capabilities,
@@ -73,7 +73,7 @@ class TorchPlan(Stateless):
             + [i for i, x in enumerate(labels) if x in cls.IC])
         lay = self.layout
         what = (f"torch.matmul [h={prod(lay.h_shape)}, m={lay.m}, n={lay.n}, k={lay.k}]"
-                if lay.kind == "gemm" else f"torch.einsum {self.expr!r}")
+                if lay.kind is Kind.GEMM else f"torch.einsum {self.expr!r}")
         self.algorithm = what + (
             f" in {str(self.input_dtype).removeprefix('torch.')} when alpha is 1 and C is "
             "absent" if self.native else "")
@@ -118,7 +118,7 @@ class TorchPlan(Stateless):
         dtype = self.input_dtype if native else self.compute
         a = self._tensor(bound.a, spec.a, dtype, native)
         b = self._tensor(bound.b, spec.b, dtype, native)
-        if self.layout.kind == "gemm":
+        if self.layout.kind is Kind.GEMM:
             r, perm = self._matmul(a, b, bound)
             if r is None:
                 return status  # written into D directly

@@ -156,7 +156,7 @@ def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None
     m, n, k >= 16.
     """
     from pytapp import backends
-    from pytapp.analysis.ttgt import gemm_layout
+    from pytapp.analysis.ttgt import Kind, PlanProfile, gemm_layout
     from pytapp.handle import Handle
     from pytapp.product import TensorProduct
     from pytapp.tensor import TensorInfo
@@ -168,10 +168,10 @@ def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None
     info = TensorInfo.from_array
     with Handle("reference") as handle:
         spec = TensorProduct(handle, info(a), la, info(b), lb, None, None, info(d), ld).spec
-    profile = getattr(backends.get("blas").plan(spec, None), "profile", {})
+    profile = getattr(backends.get("blas").plan(spec, None), "profile", PlanProfile())
     lay = gemm_layout(spec)
-    if (lay.kind != "gemm" or min(lay.m, lay.n, lay.k) < 16 or profile.get("copy_bytes")
-            or not profile.get("d_direct") or spec.classes.IA or spec.classes.IB):
+    if (lay.kind is not Kind.GEMM or min(lay.m, lay.n, lay.k) < 16 or profile.copy_bytes
+            or not profile.d_direct or spec.classes.IA or spec.classes.IB):
         return None
     return tuple(lay.h_shape), lay.m, lay.n, lay.k
 
