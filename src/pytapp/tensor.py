@@ -114,7 +114,6 @@ class TensorInfo(AttributeStore):
         object.__setattr__(self, "_datatype", dt)
         object.__setattr__(self, "_extents", ext)
         object.__setattr__(self, "_strides", st)
-        object.__setattr__(self, "_attrs", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("TensorInfo is immutable; use with_extents or with_strides")
