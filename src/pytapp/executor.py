@@ -115,13 +115,12 @@ class Executor(TappObject):
         {Attr.NUM_THREADS, Attr.DEVICE, Attr.VERIFY, Attr.AUTOTUNE, Attr.MEMORY_LIMIT}
     )
     _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType({
-        Attr.NUM_THREADS: "threads", Attr.DEVICE: "_device", Attr.VERIFY: "_verify",
-        Attr.AUTOTUNE: "_autotune", Attr.MEMORY_LIMIT: "memory_limit"})
+        Attr.NUM_THREADS: "_threads", Attr.DEVICE: "_device", Attr.VERIFY: "_verify",
+        Attr.AUTOTUNE: "_autotune", Attr.MEMORY_LIMIT: "_memory_limit"})
 
-    #: Threads for BLAS/OpenMP pools during a product (``None``: the libraries' setting).
-    threads: int | None
-    #: Workspace limit checked at execution (bytes; ``None``: only the handle's at creation).
-    memory_limit: int | None
+    # The settings; changed only through set_attr, which validates them.
+    _threads: int | None
+    _memory_limit: int | None
     _device: str | None
     _verify: bool | None
     _autotune: bool | None
@@ -145,7 +144,7 @@ class Executor(TappObject):
         #: The ``distributed.Client`` products run on (``None``: this process).
         self.dask = dask
         self.progress = progress
-        self.memory_limit = None
+        self._memory_limit = None
         self.set_attr(Attr.NUM_THREADS, threads)
         self.set_attr(Attr.DEVICE, device)
         self.set_attr(Attr.VERIFY, bool(verify))
@@ -170,6 +169,16 @@ class Executor(TappObject):
             raise error_for(
                 ErrorCode.INVALID_EXECUTOR, f"device={value!r}; give a string such as 'cpu'"
             )
+
+    @property
+    def threads(self) -> int | None:
+        """Threads for BLAS/OpenMP pools during a product (``None``: the libraries' own)."""
+        return self._threads
+
+    @property
+    def memory_limit(self) -> int | None:
+        """Workspace limit checked at execution (bytes; ``None``: the handle's, at creation)."""
+        return self._memory_limit
 
     @property
     def device(self) -> str:

@@ -65,13 +65,12 @@ class Handle(TappObject):
     _attr_keys = frozenset({Attr.BACKEND, Attr.ALLOW_BROADCAST, Attr.MEMORY_LIMIT, Attr.LIBRARY})
     _attr_readonly = frozenset({Attr.BACKEND, Attr.LIBRARY})
     _attr_fields: ClassVar[Mapping[int, str]] = MappingProxyType({
-        Attr.BACKEND: "backend_name", Attr.ALLOW_BROADCAST: "allow_broadcast",
-        Attr.MEMORY_LIMIT: "_memory_limit", Attr.LIBRARY: "library"})
+        Attr.BACKEND: "backend_name", Attr.ALLOW_BROADCAST: "_allow_broadcast",
+        Attr.MEMORY_LIMIT: "_memory_limit", Attr.LIBRARY: "_library"})
 
-    #: Default of ALLOW_BROADCAST for products created through this handle.
-    allow_broadcast: bool | None
-    #: The shared library of backend ``clib`` (``None`` for other backends).
-    library: str | None
+    # The settings; changed only through set_attr, which validates them.
+    _allow_broadcast: bool | None
+    _library: str | None
     _memory_limit: int | None
 
     def __init__(
@@ -110,7 +109,7 @@ class Handle(TappObject):
         if abi is not None and name != "clib":
             raise error_for(ErrorCode.UNSUPPORTED, f"abi= is for backend 'clib', not {name!r}")
         self._backend: Backend = backends.get(name, library=library, abi=abi)
-        self.library = library
+        self._library = library
         self.set_attr(Attr.ALLOW_BROADCAST, bool(allow_broadcast))
 
     def _on_set_attr(self, key: int, value: Any) -> None:
@@ -147,6 +146,16 @@ class Handle(TappObject):
         """The backend's name."""
         return self._backend.name
 
+
+    @property
+    def allow_broadcast(self) -> bool:
+        """Default of ALLOW_BROADCAST for products created through this handle."""
+        return bool(self._allow_broadcast)
+
+    @property
+    def library(self) -> str | None:
+        """The shared library of backend ``clib`` (``None`` for other backends)."""
+        return self._library
 
     def memory_limit(self) -> int:
         """Return the workspace limit of plans made through this handle (bytes).

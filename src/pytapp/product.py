@@ -93,9 +93,6 @@ class TensorProduct(TappObject):
         Attr.ALLOW_BROADCAST: "allow_broadcast", Attr.ALGORITHM: "algorithm",
         Attr.BACKEND: "backend_name"})
 
-    #: Whether labels only in D (Case 5) are accepted.
-    allow_broadcast: bool
-
     def __init__(
         self,
         handle: Handle,
@@ -156,7 +153,6 @@ class TensorProduct(TappObject):
         self._plan: BackendPlan | None = plan
         self._algorithm = plan.algorithm
         self._binder = Binder(self.spec)
-        self.allow_broadcast = bool(allow_broadcast)
         if _log.isEnabledFor(logging.INFO):
             _log.info("plan %s on %s in %.3f ms: %s (workspace %d bytes)", self.spec.einsum(),
                       handle.backend_name, 1e3 * (time.perf_counter() - start), plan.algorithm,
@@ -218,6 +214,11 @@ class TensorProduct(TappObject):
         detail = getattr(plan, "explain", None)
         body = detail() if callable(detail) else f"{self.algorithm}"
         return f"{head}\n{body}\nworkspace: {self.workspace_bytes} bytes, flops: {spec.flops}"
+
+    @property
+    def allow_broadcast(self) -> bool:
+        """Whether labels only in D (Case 5) are accepted (fixed at creation)."""
+        return self.spec.allow_broadcast
 
     @property
     def backend_name(self) -> str:

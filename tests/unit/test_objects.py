@@ -64,6 +64,8 @@ def test_standard_attributes_are_views_of_the_typed_fields() -> None:
     with pytest.raises(pytapp.ExecutorError):
         ex.set_attr(Attr.NUM_THREADS, 0)
     assert ex.threads is None  # a refused value changes nothing
+    with pytest.raises(AttributeError):
+        ex.threads = 0  # type: ignore[misc]  # settings change only through set_attr
     h = Handle("reference", allow_broadcast=True)
     assert h.allow_broadcast is True and h.get_attr(Attr.ALLOW_BROADCAST) is True
     h.set_attr(Attr.MEMORY_LIMIT, 4096)
