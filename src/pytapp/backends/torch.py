@@ -190,8 +190,7 @@ class TorchPlan(Stateless):
         """
         lay, spec = self.layout, self.spec
         c = bound.c
-        if (c is None or lay.ic or (spec.d.conjugates)
-                or (spec.c.conjugates)
+        if (c is None or lay.ic or spec.d.conjugates or spec.c.conjugates
                 or c.dtype != bound.d.dtype or left.dtype != self.compute):
             return False
         d = self._d_tensor(bound.d)

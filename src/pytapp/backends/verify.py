@@ -52,7 +52,7 @@ def error_bound(spec: ContractionSpec, bound: BoundProduct) -> np.ndarray:
     expr = "{},{}->{}".format(*words((la, lb, ld_in), "verification"))
     with np.errstate(invalid="ignore", over="ignore"):
         terms = np.einsum(expr, np.abs(bound.a).astype(np.float64),
-                          np.abs(bound.b).astype(np.float64))
+                          np.abs(bound.b).astype(np.float64), optimize=True)  # BLAS if it can
         # ld_in keeps D's order, so a reshape inserts the broadcast (D-only) axes.
         shape = tuple(e if x in ld_in else 1 for x, e in zip(ld, spec.d.modes.extents,
                                                               strict=True))
