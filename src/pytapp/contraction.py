@@ -138,8 +138,8 @@ def backend_name(backend: Any) -> str:
 def shared_handle(name: str) -> Handle:
     """Return the cached handle of backend ``name``.
 
-    Return the cached handle of backend ``name`` (the least recently used beyond
-    :data:`HANDLE_CACHE_SIZE` are destroyed, with their plans).
+    The least recently used handles beyond :data:`HANDLE_CACHE_SIZE` are destroyed, with
+    their plans.
     """
     with _lock:
         h = _handles.get(name)

@@ -50,8 +50,7 @@ _LOW = (Datatype.F16, Datatype.BF16)
 class MemmapSource:
     """A ``.npy`` file (or raw memmap) that each worker opens itself.
 
-    A ``.npy`` file (or raw memmap) that each worker opens itself, so that a dask array
-    over it ships a file name, not the data. Indexing returns NumPy arrays.
+    A dask array over it ships a file name, not the data. Indexing returns NumPy arrays.
     """
 
     def __init__(self, filename: str, dtype: Any, shape: tuple[int, ...], offset: int = 0,

@@ -320,8 +320,8 @@ def torch_view(x: np.ndarray) -> Any:
 def numpy_view(t: Any, *, dlpack: bool = False) -> np.ndarray:
     """Return a NumPy array sharing a CPU torch tensor's memory.
 
-    Return a NumPy array sharing a CPU torch tensor's memory (bfloat16 too), through ``.numpy()``
-    or, with ``dlpack=True``, through DLPack (any exporter; torch's bfloat16 handled).
+    bfloat16 included. Through ``.numpy()`` or, with ``dlpack=True``, through DLPack (any
+    exporter; torch's bfloat16 handled).
 
     Examples
     --------

@@ -56,8 +56,7 @@ def runner_for(executor: Executor) -> Any:
 def thread_scope(threads: int | None) -> AbstractContextManager[Any]:
     """Limit the BLAS/OpenMP thread pools inside a ``with`` block.
 
-    Limit the BLAS/OpenMP thread pools to ``threads`` inside a ``with`` block (restored
-    afterwards); ``None`` changes nothing.
+    The pools get ``threads`` threads and are restored afterwards; ``None`` changes nothing.
 
     Examples
     --------

@@ -68,8 +68,8 @@ def is_torch(x: Any) -> bool:
 class _TensorMemory:
     """An array interface over a tensor's memory that keeps the tensor alive.
 
-    An array interface over a tensor's memory that keeps the tensor as its base, so
-    bounds checks reach the tensor's storage (a DLPack capsule vouches for nothing).
+    The tensor becomes the array's base, so bounds checks reach the tensor's storage (a
+    DLPack capsule vouches for nothing).
     """
 
     def __init__(self, view: np.ndarray, tensor: Any) -> None:
@@ -80,8 +80,7 @@ class _TensorMemory:
 def to_numpy(x: Any, role: str) -> np.ndarray:
     """Return a NumPy view of array data.
 
-    Return a NumPy view of array data (torch tensors shared through DLPack), or ``np.asarray``
-    for scalars and sequences.
+    Torch tensors are shared through DLPack; scalars and sequences go through ``np.asarray``.
 
     Raises
     ------
@@ -327,8 +326,8 @@ def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: A
                       memory_limit: Any, backend: str | None, dtype: Any) -> EinsumExpression:
     """Return an expression for these operand shapes.
 
-    Return an expression for these operand shapes, from a bounded cache when the arguments are
-    hashable (optimizer objects are not cached: they may be stateful).
+    From a bounded cache when the arguments are hashable (optimizer objects are not cached:
+    they may be stateful).
     """
     shapes = tuple(a.shape for a in arrays)
     key: Hashable | None = None

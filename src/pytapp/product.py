@@ -234,8 +234,8 @@ class TensorProduct(TappObject):
     def predicted_seconds(self) -> float | None:
         """Return the cost model's time for one execution, when the backend has one.
 
-        The cost model's time for one execution of the chosen algorithm, when the backend
-        priced its candidates (``auto``); ``None`` otherwise.
+        That is the chosen algorithm's predicted time when the backend priced its candidates
+        (``auto``); ``None`` otherwise.
         """
         plan = self._plan
         predicted = getattr(plan, "predicted", None)

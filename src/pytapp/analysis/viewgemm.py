@@ -77,8 +77,8 @@ def _fuse(labels: Sequence[Label], ext: dict[Label, int],
           ops: Sequence[dict[Label, int]]) -> tuple[tuple[Label, ...], list[int]] | None:
     """Return an order of ``labels`` that every operand fuses in place.
 
-    Return an order of ``labels`` (outermost first) that every operand fuses in place, with each
-    operand's fused stride; ``None`` when there is none. Empty groups fuse trivially.
+    The order is outermost first and comes with each operand's fused stride; ``None`` when
+    there is none. Empty groups fuse trivially.
     """
     if not labels:
         return (), [0] * len(ops)

@@ -128,8 +128,8 @@ def thread_setting(get: Callable[[], int], set_: Callable[[int], object],
                    threads: int | None) -> Iterator[None]:
     """Set a library's global thread count for one call.
 
-    Set a library's global thread count for one call and restore it afterwards (the
-    executor's count is for this product, not for the rest of the process).
+    The previous count is restored afterwards: the executor's count is for this product, not
+    for the rest of the process.
     """
     if not threads:
         yield

@@ -208,9 +208,9 @@ class BlasPlan(Stateless):
     def _small_equation(self) -> str | None:
         """Return the einsum equation of a small product, or ``None``.
 
-        Return the einsum equation of a small product (:data:`SMALL_ELEMENTS`) in one datatype,
-        without input rounding or broadcast labels; ``None`` for every other product and for
-        GEMMs on operands used as they lie (their first run learns a faster recipe).
+        Small means at most :data:`SMALL_ELEMENTS` per operand, one datatype, no input rounding
+        and no broadcast labels. ``None`` for every other product and for GEMMs on operands
+        used as they lie (their first run learns a faster recipe).
         """
         spec = self.spec
         if (max(op.size for op in spec.operands) > SMALL_ELEMENTS or spec.classes.IC

@@ -184,9 +184,9 @@ class TorchPlan(Stateless):
                      bound: BoundProduct) -> bool:
         """Compute D = alpha A B + beta C with beta inside the BLAS call.
 
-        D = alpha A B + beta C with beta inside the BLAS call (``addmm``/``baddbmm`` on
-        D's memory, C copied there first unless it is D itself): two passes over D instead
-        of a temporary and three more. False when the layouts or ops do not allow it.
+        ``addmm``/``baddbmm`` run on D's memory, with C copied there first unless it is D
+        itself: two passes over D instead of a temporary and three more. Returns False when
+        the layouts or ops do not allow it.
         """
         lay, spec = self.layout, self.spec
         c = bound.c

@@ -215,8 +215,8 @@ RANDOM_SEEDS = range(12)
 def suite(name: str) -> list[BenchCase]:
     """Return the cases of a suite.
 
-    Return the cases of suite ``quick`` (public subset at half size), ``full`` (public, domain
-    generators and the random suite), ``random`` or ``small``.
+    Suites: ``quick`` (public subset at half size), ``full`` (public, domain generators and
+    the random suite), ``random`` or ``small``.
     """
     if name == "small":
         return small_family()

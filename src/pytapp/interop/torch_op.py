@@ -118,8 +118,8 @@ _einsum.register_autograd(_backward, setup_context=_setup)
 def einsum_op(subscripts: str, operands: list[Any], backend: str | None = None) -> Any:
     """Run an einsum on torch tensors through the ``pytapp::einsum`` operator.
 
-    Run an einsum on torch tensors through the ``pytapp::einsum`` operator (autograd and
-    ``torch.compile`` see one operator). Non-tensor operands become tensors first.
+    Autograd and ``torch.compile`` see one operator. Non-tensor operands become tensors
+    first.
 
     Raises
     ------

@@ -158,9 +158,9 @@ INNER_BLOCK = 1 << 14
 def _split_inner(ext: list[int], st: list[list[int]]) -> tuple[list[int], list[list[int]]]:
     """Cut a long innermost dimension into blocks of :data:`INNER_BLOCK`.
 
-    Cut a long innermost dimension into blocks of :data:`INNER_BLOCK` (an extra, outer
-    dimension) when the outer dimensions give fewer blocks than a few per core: contiguous
-    operands merge into one dimension, which would otherwise run on one thread.
+    The blocks become an extra, outer dimension, when the outer dimensions give fewer blocks
+    than a few per core: contiguous operands merge into one dimension, which would otherwise
+    run on one thread.
     """
     n0, outer = ext[0], prod(ext[1:])
     chunk = INNER_BLOCK

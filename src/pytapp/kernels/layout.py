@@ -55,8 +55,8 @@ def merge_dims(
 ) -> tuple[list[int], list[list[int]]]:
     """Merge neighbouring dimensions that every operand steps through together.
 
-    Merge neighbouring dimensions (in ``order``, fastest first) that every operand steps
-    through as one: the slower one's stride is the faster one's times its extent.
+    Dimensions are taken in ``order``, fastest first; two merge when, for every operand, the
+    slower one's stride is the faster one's times its extent.
 
     Returns the merged extents and, per operand, the merged strides (fastest first).
     """
