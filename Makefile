@@ -5,10 +5,11 @@ STAMP := $(VENV)/.installed-all
 
 .PHONY: demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml meson.build
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all]'
+	$(PY) -m pip install --quiet 'meson-python>=0.16' 'meson>=1.4' ninja 'numpy>=2.1'
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pip install --quiet --no-build-isolation -e '.[all]'
 	touch $(STAMP)
 
 demo: $(STAMP)

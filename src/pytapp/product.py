@@ -34,6 +34,7 @@ from pytapp.datatypes import ElementOp
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor, runner_for, thread_scope
 from pytapp.handle import Handle
+from pytapp.kernels.program import compile_product
 from pytapp.operands import Binder, BoundProduct, bind_batch
 from pytapp.precision import Prectype
 from pytapp.status import Status
@@ -151,7 +152,15 @@ class TensorProduct(TappObject):
             plan.release()  # nothing the backend created outlives a failed creation
             raise
         self._plan: BackendPlan | None = plan
-        self._algorithm = plan.algorithm
+        # The compiled executor runs the product when the backend lets it ("compiled") and the
+        # product lowers to a program; operands it does not cover take the backend's plan.
+        self._program: Any = None
+        name = handle.backend_name
+        template = Status(backend="blas", flops=self.spec.flops,
+                          algorithm="" if name == "blas" else f"{name} -> blas: ")
+        if getattr(plan, "compiled", False):
+            self._program = compile_product(self.spec, template)
+        self._algorithm = template.algorithm if self._program is not None else plan.algorithm
         self._binder = Binder(self.spec)
         if _log.isEnabledFor(logging.INFO):
             _log.info("plan %s on %s in %.3f ms: %s (workspace %d bytes)", self.spec.einsum(),
@@ -178,6 +187,7 @@ class TensorProduct(TappObject):
     def _release(self) -> None:
         """Release the backend plan (C products, workspaces) and drop it."""
         plan, self._plan = self._plan, None
+        self._program = None
         if plan is not None:
             plan.release()
 
@@ -188,9 +198,11 @@ class TensorProduct(TappObject):
 
     @property
     def algorithm(self) -> str:
-        """What the backend decided to do at plan creation."""
+        """What the plan decided at creation: the compiled program, else the backend's plan."""
         plan = self._plan
-        return plan.algorithm if plan is not None else self._algorithm
+        if self._program is not None or plan is None:
+            return self._algorithm
+        return plan.algorithm
 
     def explain(self) -> str:
         """Return what this plan does and why.
@@ -212,7 +224,10 @@ class TensorProduct(TappObject):
                 f"{spec.d.datatype.name}, prec {spec.prec.name}) on {self.backend_name}")
         plan = self._plan
         detail = getattr(plan, "explain", None)
-        body = detail() if callable(detail) else f"{self.algorithm}"
+        body = detail() if callable(detail) else f"{plan.algorithm if plan else self.algorithm}"
+        if self._program is not None:
+            body = (f"{self._algorithm} (operands with the descriptors' exact layouts; "
+                    f"others:)\n{body}")
         return f"{head}\n{body}\nworkspace: {self.workspace_bytes} bytes, flops: {spec.flops}"
 
     @property
@@ -334,8 +349,15 @@ class TensorProduct(TappObject):
             23 destroyed; 33/24 invalid or foreign executor; 19, 20, 22 operand binding;
             21 alpha/beta; 12 C missing; 137 verification. D is unchanged on every error.
         """
+        program = self._program
+        if program is not None and executor is None:  # the hot path: one compiled call
+            status: Any = program(alpha, a, b, beta, c, d)
+            if status is not NotImplemented:
+                if _log.isEnabledFor(logging.INFO):
+                    _log_status(status)
+                return status  # type: ignore[no-any-return]
         plan = self._plan
-        if executor is None and plan is not None:  # the hot path: a live plan, no executor
+        if executor is None and plan is not None:  # a live plan, no executor
             return self._run_default(plan, self._binder.bind(alpha, a, b, beta, c, d))
         self.check_alive()
         ex = self._executor(executor)

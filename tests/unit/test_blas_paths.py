@@ -1,4 +1,8 @@
-"""The blas backend's kernels and size-dependent paths, each checked against numpy.einsum."""
+"""The blas backend's kernels and size-dependent paths, each checked against numpy.einsum.
+
+These are the Python plans' routes: the compiled executor, which would run many of these
+small products itself, is switched off here (tests/unit/test_compiled.py covers it).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,11 @@ def _run(expr: str, a: np.ndarray, b: np.ndarray, d: np.ndarray, **kw: object) -
                                 info(d), ld, **kw)  # type: ignore[arg-type]
     plan.execute(1.0, a, b, 0.0, None, d)
     return plan.algorithm
+
+
+@pytest.fixture(autouse=True)
+def _python_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTAPP_COMPILED", "0")
 
 
 @pytest.fixture

@@ -263,6 +263,11 @@ def _tune_policy() -> str:
 class AutoPlan:
     """The chosen backend's plan; the other candidates are planned only for autotuning."""
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled executor may run this product: when blas is the choice."""
+        return self.choice == "blas"
+
     def __init__(self, spec: ContractionSpec, candidates: dict[str, Backend], choice: str,
                  executor: Executor | None, predicted: dict[str, float] | None = None) -> None:
         self.spec, self.candidates, self.choice = spec, candidates, choice

@@ -119,6 +119,9 @@ def _blasable(x: np.ndarray) -> bool:
 class BlasPlan(Stateless):
     """Everything decided once: label orders, permutations, kernel, direct output."""
 
+    #: The compiled executor may run this product when it lowers (see pytapp.kernels.program).
+    compiled = True
+
     def __init__(self, spec: ContractionSpec) -> None:
         self.spec = spec
         rule, cls = spec.rule, spec.classes

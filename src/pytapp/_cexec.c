@@ -1,0 +1,674 @@
+/*
+ * pytapp._cexec: the compiled executor of lowered TAPP products.
+ *
+ * A Program is built once per plan from pure data (pytapp.analysis.program lowers a
+ * ContractionSpec into it): what every operand must be (numpy type, shape, byte strides) and the
+ * steps (a loop nest over the merged labels, or batched GEMMs on strided views followed by the
+ * epilogue). Calling a Program checks the bound operands against it and runs every step without
+ * returning to Python. Whatever it does not cover exactly (another dtype or layout, a view whose
+ * memory owner it cannot see, operands that overlap D, a scalar that needs a TAPP error) makes
+ * it return NotImplemented before anything is written, and the caller takes the general
+ * (Python) path, which raises the right TAPP error or copies what must be copied.
+ *
+ * BLAS: the GEMM entry points are the very ones NumPy uses (their addresses are handed over by
+ * pytapp.kernels.program), so there is one BLAS library and one thread pool in the process.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define MAXL 32 /* most merged labels a program loops over */
+
+enum { DT_F32 = 0, DT_F64 = 1, DT_C64 = 2, DT_C128 = 3 };
+enum { K_LOOP = 0, K_GEMM = 1 };
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, CONJ_TRANS = 113 };
+
+/* CBLAS GEMM signatures, ILP64 (int64 dimensions) or LP64 (int). */
+typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
+                          int64_t, const double *, int64_t, double, double *, int64_t);
+typedef void (*zgemm64_t)(int, int, int, int64_t, int64_t, int64_t, const void *, const void *,
+                          int64_t, const void *, int64_t, const void *, void *, int64_t);
+typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float *, int,
+                          const float *, int, float, float *, int);
+typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, int,
+                          const double *, int, double, double *, int);
+typedef void (*zgemm32_t)(int, int, int, int, int, int, const void *, const void *, int,
+                          const void *, int, const void *, void *, int);
+
+static void *g_gemm[4] = {NULL, NULL, NULL, NULL};
+static int g_ilp64 = 1;
+
+typedef struct {
+    double re, im;
+} cval; /* a scalar in the compute type, widened */
+
+typedef struct {
+    PyObject_HEAD int type_num;
+    int dtype;
+    int item;
+    int kind;
+    int empty_d;   /* D has no element: nothing to do */
+    int empty_sum; /* a summed label has extent 0: the product term is +0 */
+    int conj[4];   /* A, B, C, D */
+    /* what each operand must be: ndim, shape, byte strides; footprint [lo, hi) in bytes */
+    int ndim[4];
+    npy_intp shape[4][MAXL];
+    npy_intp strides[4][MAXL];
+    npy_intp lo[4], hi[4];
+    int has_foot[4];
+    /* the loop nest: nout output labels (D's merged modes), then the summed ones */
+    int nl, nout;
+    npy_intp ext[MAXL];
+    npy_intp st[4][MAXL]; /* byte strides per label, of A, B, C, D (0 where absent) */
+    /* GEMM: batch loops, then one CBLAS call per batch element */
+    int nb;
+    npy_intp bext[MAXL];
+    npy_intp bst[3][MAXL]; /* A, B, D byte strides of the batch labels */
+    int swap, ta, tb;
+    int64_t m, n, k, lda, ldb, ldd;
+    double release_gil_flops;
+    double flops;
+    PyObject *status_type;
+    PyObject *status_dict; /* the template Status' attributes, copied per call */
+    vectorcallfunc vcall;
+} Program;
+
+/* ------------------------------------------------------------------ scalars */
+
+/* alpha or beta as the compute type; 0 on success, 1 when the general path must judge it. */
+static int to_scalar(PyObject *o, int dtype, cval *out) {
+    if (PyFloat_CheckExact(o) || PyFloat_Check(o)) {
+        out->re = PyFloat_AS_DOUBLE(o);
+        out->im = 0.0;
+    } else if (PyLong_CheckExact(o)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 1;
+        }
+        out->re = (double)v;
+        out->im = 0.0;
+    } else if (PyComplex_CheckExact(o)) {
+        out->re = PyComplex_RealAsDouble(o);
+        out->im = PyComplex_ImagAsDouble(o);
+    } else {
+        return 1; /* numpy scalars of other types, bools, 0-d arrays, non-numbers */
+    }
+    if (dtype == DT_F32 || dtype == DT_F64) {
+        if (out->im != 0.0) return 1; /* error 21: the general path raises it */
+    }
+    if (dtype == DT_F32 || dtype == DT_C64) {
+        /* a finite value that overflows F32 is error 21 */
+        if (isfinite(out->re) && !isfinite((double)(float)out->re)) return 1;
+        if (isfinite(out->im) && !isfinite((double)(float)out->im)) return 1;
+        out->re = (double)(float)out->re;
+        out->im = (double)(float)out->im;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* An odometer over labels [first, last) of a program, keeping up to four byte offsets. */
+#define ODOMETER_STEP(p, idx, first, last, offs, nst, done)                                      \
+    do {                                                                                        \
+        int _l = (last)-1;                                                                      \
+        for (; _l >= (first); --_l) {                                                           \
+            if (++idx[_l] < (p)->ext[_l]) {                                                     \
+                for (int _s = 0; _s < (nst); ++_s) offs[_s] += (p)->st[_s][_l];                  \
+                break;                                                                          \
+            }                                                                                   \
+            idx[_l] = 0;                                                                        \
+            for (int _s = 0; _s < (nst); ++_s) offs[_s] -= ((p)->ext[_l] - 1) * (p)->st[_s][_l]; \
+        }                                                                                       \
+        done = _l < (first);                                                                    \
+    } while (0)
+
+#define REAL_KERNELS(NAME, T)                                                                   \
+    static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
+                            const char *C, char *D) {                                           \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T alpha = (T)al.re, beta = (T)be.re;                                              \
+        const int nl = p->nl, nout = p->nout;                                                   \
+        const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
+        const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
+        const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            T acc = 0;                                                                          \
+            if (nl > nout) {                                                                    \
+                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp q[2] = {o[0], o[1]};                                                   \
+                int inner_done = 0;                                                             \
+                while (!inner_done) {                                                           \
+                    const char *pa = A + q[0], *pb = B + q[1];                                  \
+                    for (npy_intp i = 0; i < e_in; ++i)                                         \
+                        acc += *(const T *)(pa + i * sa_in) * *(const T *)(pb + i * sb_in);     \
+                    ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                      \
+                }                                                                               \
+            } else {                                                                            \
+                acc = *(const T *)(A + o[0]) * *(const T *)(B + o[1]);                          \
+            }                                                                                   \
+            T r = alpha * acc;                                                                  \
+            if (C) r += beta * *(const T *)(C + o[2]);                                          \
+            *(T *)(D + o[3]) = r;                                                               \
+            ODOMETER_STEP(p, idx, 0, nout, o, 4, done);                                         \
+        }                                                                                       \
+    }                                                                                           \
+    /* D = beta C (C may be D itself), or +0 when C is NULL: the alpha == 0 case, or the       \
+     * prepass of a GEMM whose C lies elsewhere. */                                             \
+    static void scale_##NAME(const Program *p, cval be, const char *C, char *D) {               \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T beta = (T)be.re;                                                                \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            *(T *)(D + o[3]) = C ? beta * *(const T *)(C + o[2]) : (T)0;                        \
+            ODOMETER_STEP(p, idx, 0, p->nout, o, 4, done);                                      \
+        }                                                                                       \
+    }
+
+REAL_KERNELS(f32, float)
+REAL_KERNELS(f64, double)
+
+#define CMUL_RE(ar, ai, br, bi) ((ar) * (br) - (ai) * (bi))
+#define CMUL_IM(ar, ai, br, bi) ((ar) * (bi) + (ai) * (br))
+
+#define COMPLEX_KERNELS(NAME, T)                                                                \
+    static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
+                            const char *C, char *D) {                                           \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
+        const T sa = p->conj[0] ? (T)-1 : (T)1, sb = p->conj[1] ? (T)-1 : (T)1;                 \
+        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        const int nl = p->nl, nout = p->nout;                                                   \
+        const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
+        const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
+        const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            T accr = 0, acci = 0;                                                               \
+            if (nl > nout) {                                                                    \
+                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp q[2] = {o[0], o[1]};                                                   \
+                int inner_done = 0;                                                             \
+                while (!inner_done) {                                                           \
+                    const char *pa = A + q[0], *pb = B + q[1];                                  \
+                    for (npy_intp i = 0; i < e_in; ++i) {                                       \
+                        const T *x = (const T *)(pa + i * sa_in);                               \
+                        const T *y = (const T *)(pb + i * sb_in);                               \
+                        const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];           \
+                        accr += CMUL_RE(xr, xi, yr, yi);                                        \
+                        acci += CMUL_IM(xr, xi, yr, yi);                                        \
+                    }                                                                           \
+                    ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                      \
+                }                                                                               \
+            } else {                                                                            \
+                const T *x = (const T *)(A + o[0]);                                             \
+                const T *y = (const T *)(B + o[1]);                                             \
+                const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];                   \
+                accr = CMUL_RE(xr, xi, yr, yi);                                                 \
+                acci = CMUL_IM(xr, xi, yr, yi);                                                 \
+            }                                                                                   \
+            T rr = CMUL_RE(ar, ai, accr, acci), ri = CMUL_IM(ar, ai, accr, acci);               \
+            if (C) {                                                                            \
+                const T *c = (const T *)(C + o[2]);                                             \
+                const T cr = c[0], ci = sc * c[1];                                              \
+                rr += CMUL_RE(br, bi, cr, ci);                                                  \
+                ri += CMUL_IM(br, bi, cr, ci);                                                  \
+            }                                                                                   \
+            T *d = (T *)(D + o[3]);                                                             \
+            d[0] = rr;                                                                          \
+            d[1] = sd * ri;                                                                     \
+            ODOMETER_STEP(p, idx, 0, nout, o, 4, done);                                         \
+        }                                                                                       \
+    }                                                                                           \
+    static void scale_##NAME(const Program *p, cval be, const char *C, char *D) {               \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T br = (T)be.re, bi = (T)be.im;                                                   \
+        const T sc = p->conj[2] ? (T)-1 : (T)1;                                                 \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            T *d = (T *)(D + o[3]);                                                             \
+            if (C) {                                                                            \
+                const T *c = (const T *)(C + o[2]);                                             \
+                const T cr = c[0], ci = sc * c[1];                                              \
+                d[0] = CMUL_RE(br, bi, cr, ci);                                                 \
+                d[1] = CMUL_IM(br, bi, cr, ci);                                                 \
+            } else {                                                                            \
+                d[0] = 0;                                                                       \
+                d[1] = 0;                                                                       \
+            }                                                                                   \
+            ODOMETER_STEP(p, idx, 0, p->nout, o, 4, done);                                      \
+        }                                                                                       \
+    }                                                                                           \
+    static void conj_##NAME(const Program *p, char *D) {                                        \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            T *d = (T *)(D + o[3]);                                                             \
+            d[1] = -d[1];                                                                       \
+            ODOMETER_STEP(p, idx, 0, p->nout, o, 4, done);                                      \
+        }                                                                                       \
+    }
+
+COMPLEX_KERNELS(c64, float)
+COMPLEX_KERNELS(c128, double)
+
+static void run_loop(const Program *p, cval al, cval be, const char *A, const char *B,
+                     const char *C, char *D) {
+    switch (p->dtype) {
+        case DT_F32: loop_f32(p, al, be, A, B, C, D); break;
+        case DT_F64: loop_f64(p, al, be, A, B, C, D); break;
+        case DT_C64: loop_c64(p, al, be, A, B, C, D); break;
+        default: loop_c128(p, al, be, A, B, C, D); break;
+    }
+}
+
+static void run_scale(const Program *p, cval be, const char *C, char *D) {
+    switch (p->dtype) {
+        case DT_F32: scale_f32(p, be, C, D); break;
+        case DT_F64: scale_f64(p, be, C, D); break;
+        case DT_C64: scale_c64(p, be, C, D); break;
+        default: scale_c128(p, be, C, D); break;
+    }
+}
+
+static void run_conj(const Program *p, char *D) {
+    if (p->dtype == DT_C64) conj_c64(p, D);
+    else if (p->dtype == DT_C128) conj_c128(p, D);
+}
+
+/* One CBLAS GEMM: D = alpha op(L) op(R) + beta D, row-major. */
+static void gemm_call(const Program *p, cval al, cval be, const char *L, const char *R,
+                      char *D) {
+    void *f = g_gemm[p->dtype];
+    if (g_ilp64) {
+        switch (p->dtype) {
+            case DT_F32:
+                ((sgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, (float)al.re,
+                               (const float *)L, p->lda, (const float *)R, p->ldb, (float)be.re,
+                               (float *)D, p->ldd);
+                break;
+            case DT_F64:
+                ((dgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, al.re,
+                               (const double *)L, p->lda, (const double *)R, p->ldb, be.re,
+                               (double *)D, p->ldd);
+                break;
+            case DT_C64: {
+                float a2[2] = {(float)al.re, (float)al.im}, b2[2] = {(float)be.re, (float)be.im};
+                ((zgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, a2, L, p->lda, R,
+                               p->ldb, b2, D, p->ldd);
+                break;
+            }
+            default: {
+                double a2[2] = {al.re, al.im}, b2[2] = {be.re, be.im};
+                ((zgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, a2, L, p->lda, R,
+                               p->ldb, b2, D, p->ldd);
+                break;
+            }
+        }
+    } else {
+        int m = (int)p->m, n = (int)p->n, k = (int)p->k;
+        int lda = (int)p->lda, ldb = (int)p->ldb, ldd = (int)p->ldd;
+        switch (p->dtype) {
+            case DT_F32:
+                ((sgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, (float)al.re, (const float *)L,
+                               lda, (const float *)R, ldb, (float)be.re, (float *)D, ldd);
+                break;
+            case DT_F64:
+                ((dgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, al.re, (const double *)L, lda,
+                               (const double *)R, ldb, be.re, (double *)D, ldd);
+                break;
+            case DT_C64: {
+                float a2[2] = {(float)al.re, (float)al.im}, b2[2] = {(float)be.re, (float)be.im};
+                ((zgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, a2, L, lda, R, ldb, b2, D, ldd);
+                break;
+            }
+            default: {
+                double a2[2] = {al.re, al.im}, b2[2] = {be.re, be.im};
+                ((zgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, a2, L, lda, R, ldb, b2, D, ldd);
+                break;
+            }
+        }
+    }
+}
+
+static void run_gemm(const Program *p, cval al, cval be, const char *A, const char *B,
+                     char *D) {
+    npy_intp idx[MAXL] = {0};
+    const char *pa = A, *pb = B;
+    char *pd = D;
+    for (;;) {
+        if (p->swap) gemm_call(p, al, be, pb, pa, pd);
+        else gemm_call(p, al, be, pa, pb, pd);
+        int l = p->nb - 1;
+        for (; l >= 0; --l) {
+            if (++idx[l] < p->bext[l]) {
+                pa += p->bst[0][l];
+                pb += p->bst[1][l];
+                pd += p->bst[2][l];
+                break;
+            }
+            idx[l] = 0;
+            pa -= (p->bext[l] - 1) * p->bst[0][l];
+            pb -= (p->bext[l] - 1) * p->bst[1][l];
+            pd -= (p->bext[l] - 1) * p->bst[2][l];
+        }
+        if (l < 0) break;
+    }
+}
+
+/* ------------------------------------------------------------------ operand checks */
+
+/* The operand as the program needs it, or NULL (no error set) when the general path must bind
+ * it. Exact ndarray, native dtype, aligned, the descriptor's shape and byte strides, writable
+ * when it is D, and memory that is provably its own: an array that owns its data, or a view of
+ * a contiguous array that owns its data and holds the view's whole footprint. */
+static PyArrayObject *check_operand(const Program *p, PyObject *o, int role, int writable) {
+    if (!PyArray_CheckExact(o)) return NULL;
+    PyArrayObject *a = (PyArrayObject *)o;
+    if (PyArray_TYPE(a) != p->type_num || !PyArray_ISNOTSWAPPED(a)) return NULL;
+    int flags = PyArray_FLAGS(a);
+    if (!(flags & NPY_ARRAY_ALIGNED)) return NULL;
+    if (writable && !(flags & NPY_ARRAY_WRITEABLE)) return NULL;
+    int nd = PyArray_NDIM(a);
+    if (nd != p->ndim[role]) return NULL;
+    const npy_intp *sh = PyArray_DIMS(a), *st = PyArray_STRIDES(a);
+    for (int i = 0; i < nd; ++i) {
+        if (sh[i] != p->shape[role][i] || st[i] != p->strides[role][i]) return NULL;
+    }
+    if (flags & NPY_ARRAY_OWNDATA) return a;
+    if (!p->has_foot[role]) return a; /* empty: never dereferenced */
+    PyObject *base = PyArray_BASE(a);
+    if (base == NULL || !PyArray_CheckExact(base)) return NULL;
+    PyArrayObject *b = (PyArrayObject *)base;
+    int bf = PyArray_FLAGS(b);
+    if (!(bf & NPY_ARRAY_OWNDATA) || !(bf & (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS)))
+        return NULL;
+    const char *low = PyArray_BYTES(b), *high = low + PyArray_NBYTES(b);
+    const char *first = PyArray_BYTES(a) + p->lo[role], *last = PyArray_BYTES(a) + p->hi[role];
+    if (first < low || last > high) return NULL;
+    if (writable && !(bf & NPY_ARRAY_WRITEABLE)) return NULL;
+    return a;
+}
+
+static int overlaps(const Program *p, PyArrayObject *x, int rx, PyArrayObject *y, int ry) {
+    if (!p->has_foot[rx] || !p->has_foot[ry]) return 0;
+    const char *x0 = PyArray_BYTES(x) + p->lo[rx], *x1 = PyArray_BYTES(x) + p->hi[rx];
+    const char *y0 = PyArray_BYTES(y) + p->lo[ry], *y1 = PyArray_BYTES(y) + p->hi[ry];
+    return x0 < y1 && y0 < x1;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ Program */
+
+static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames) {
+    Program *p = (Program *)self_obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 6 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a Program takes (alpha, A, B, beta, C, D) positionally");
+        return NULL;
+    }
+    double t0 = now();
+    PyObject *alpha_o = args[0], *beta_o = args[3], *c_o = args[4];
+    cval al, be;
+    if (to_scalar(alpha_o, p->dtype, &al) || to_scalar(beta_o, p->dtype, &be))
+        Py_RETURN_NOTIMPLEMENTED;
+    int beta_zero = be.re == 0.0 && be.im == 0.0;
+    PyArrayObject *a = check_operand(p, args[1], 0, 0);
+    PyArrayObject *b = a ? check_operand(p, args[2], 1, 0) : NULL;
+    PyArrayObject *d = b ? check_operand(p, args[5], 3, 1) : NULL;
+    if (!d) Py_RETURN_NOTIMPLEMENTED;
+    PyArrayObject *c = NULL;
+    if (c_o != Py_None) {
+        c = check_operand(p, c_o, 2, 0);
+        if (!c) Py_RETURN_NOTIMPLEMENTED;
+    } else if (!beta_zero) {
+        Py_RETURN_NOTIMPLEMENTED; /* error 12 */
+    }
+    if (beta_zero) c = NULL;
+    /* Inputs that share memory with D need copies first: the general path makes them. C is
+     * fine when it is D with D's exact layout (read element by element before each write). */
+    if (overlaps(p, a, 0, d, 3) || overlaps(p, b, 1, d, 3)) Py_RETURN_NOTIMPLEMENTED;
+    int c_is_d = 0;
+    if (c && overlaps(p, c, 2, d, 3)) {
+        if (PyArray_BYTES(c) != PyArray_BYTES(d)) Py_RETURN_NOTIMPLEMENTED;
+        for (int l = 0; l < p->nout; ++l)
+            if (p->st[2][l] != p->st[3][l] && p->ext[l] > 1) Py_RETURN_NOTIMPLEMENTED;
+        c_is_d = 1;
+    }
+    if (!p->empty_d) {
+        const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
+        const char *pc = c ? PyArray_BYTES(c) : NULL;
+        char *pd = PyArray_BYTES(d);
+        int zero_alpha = p->empty_sum || (al.re == 0.0 && al.im == 0.0);
+        int release = p->flops >= p->release_gil_flops;
+        PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+        if (zero_alpha) { /* SPEC 1: A and B are not read */
+            run_scale(p, be, pc, pd);
+            if (p->conj[3]) run_conj(p, pd);
+        } else if (p->kind == K_LOOP) {
+            run_loop(p, al, be, pa, pb, pc, pd);
+        } else {
+            cval gbeta = {0.0, 0.0};
+            if (pc && c_is_d && !p->conj[2]) {
+                gbeta = be;
+            } else if (pc) {
+                run_scale(p, be, pc, pd);
+                gbeta.re = 1.0;
+            }
+            run_gemm(p, al, gbeta, pa, pb, pd);
+            if (p->conj[3]) run_conj(p, pd);
+        }
+        if (release) PyEval_RestoreThread(ts);
+    }
+    /* The Status: a copy of the template's attributes, with this run's time. */
+    PyTypeObject *tp = (PyTypeObject *)p->status_type;
+    PyObject *st = tp->tp_alloc(tp, 0);
+    if (!st) return NULL;
+    PyObject *dict = PyDict_Copy(p->status_dict);
+    if (!dict) {
+        Py_DECREF(st);
+        return NULL;
+    }
+    PyObject *secs = PyFloat_FromDouble(now() - t0);
+    if (!secs || PyDict_SetItemString(dict, "seconds", secs) < 0 ||
+        PyObject_GenericSetDict(st, dict, NULL) < 0) {
+        Py_XDECREF(secs);
+        Py_DECREF(dict);
+        Py_DECREF(st);
+        return NULL;
+    }
+    Py_DECREF(secs);
+    Py_DECREF(dict);
+    return st;
+}
+
+static int read_intps(PyObject *seq, npy_intp *out, int max, int *count, const char *what) {
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > max) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%s: more than %d entries", what, max);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        out[i] = (npy_intp)PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    if (count) *count = (int)n;
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"type_num", "dtype", "kind", "shapes", "strides", "footprints",
+                             "conj", "nout", "extents", "label_strides", "gemm", "flops",
+                             "release_gil_flops", "empty_sum", "status", NULL};
+    int type_num, dtype, kind, nout, empty_sum;
+    double flops, release;
+    PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *status;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOddpO", kwlist, &type_num, &dtype,
+                                     &kind, &shapes, &strides, &foots, &conj, &nout, &extents,
+                                     &lstrides, &gemm, &flops, &release, &empty_sum, &status))
+        return NULL;
+    if (dtype < 0 || dtype > 3) {
+        PyErr_SetString(PyExc_ValueError, "dtype must be 0..3");
+        return NULL;
+    }
+    if (kind == K_GEMM && g_gemm[dtype] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no BLAS GEMM registered for this datatype");
+        return NULL;
+    }
+    Program *p = (Program *)type->tp_alloc(type, 0);
+    if (!p) return NULL;
+    p->type_num = type_num;
+    p->dtype = dtype;
+    p->item = (dtype == DT_F32) ? 4 : (dtype == DT_C128 ? 16 : 8);
+    p->kind = kind;
+    p->nout = nout;
+    p->flops = flops;
+    p->release_gil_flops = release;
+    p->empty_sum = empty_sum;
+    npy_intp tmp[MAXL];
+    int n;
+    for (int r = 0; r < 4; ++r) {
+        if (read_intps(PyTuple_GetItem(shapes, r), p->shape[r], MAXL, &p->ndim[r], "shape") ||
+            read_intps(PyTuple_GetItem(strides, r), p->strides[r], MAXL, &n, "strides"))
+            goto fail;
+        PyObject *f = PyTuple_GetItem(foots, r);
+        if (!f) goto fail;
+        if (f == Py_None) {
+            p->has_foot[r] = 0;
+        } else {
+            if (read_intps(f, tmp, 2, &n, "footprint")) goto fail;
+            p->has_foot[r] = 1;
+            p->lo[r] = tmp[0];
+            p->hi[r] = tmp[1];
+        }
+        if (read_intps(PyTuple_GetItem(lstrides, r), p->st[r], MAXL, &n, "label strides"))
+            goto fail;
+    }
+    if (read_intps(conj, tmp, 4, &n, "conj")) goto fail;
+    for (int r = 0; r < 4; ++r) p->conj[r] = (int)tmp[r];
+    if (read_intps(extents, p->ext, MAXL, &p->nl, "extents")) goto fail;
+    p->empty_d = 0;
+    for (int l = 0; l < p->nout; ++l)
+        if (p->ext[l] == 0) p->empty_d = 1;
+    if (kind == K_GEMM) {
+        PyObject *bext, *bsa, *bsb, *bsd;
+        long long m, nn, k, lda, ldb, ldd;
+        if (!PyArg_ParseTuple(gemm, "OOOOiiiLLLLLL", &bext, &bsa, &bsb, &bsd, &p->swap, &p->ta,
+                              &p->tb, &m, &nn, &k, &lda, &ldb, &ldd))
+            goto fail;
+        if (read_intps(bext, p->bext, MAXL, &p->nb, "batch extents") ||
+            read_intps(bsa, p->bst[0], MAXL, &n, "batch strides") ||
+            read_intps(bsb, p->bst[1], MAXL, &n, "batch strides") ||
+            read_intps(bsd, p->bst[2], MAXL, &n, "batch strides"))
+            goto fail;
+        p->m = m;
+        p->n = nn;
+        p->k = k;
+        p->lda = lda;
+        p->ldb = ldb;
+        p->ldd = ldd;
+    }
+    p->vcall = Program_call;
+    p->status_type = (PyObject *)Py_TYPE(status);
+    Py_INCREF(p->status_type);
+    p->status_dict = PyObject_GetAttrString(status, "__dict__");
+    if (!p->status_dict || !PyDict_Check(p->status_dict)) goto fail;
+    return (PyObject *)p;
+fail:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "malformed program");
+    Py_DECREF(p);
+    return NULL;
+}
+
+static void Program_dealloc(PyObject *self) {
+    Program *p = (Program *)self;
+    Py_XDECREF(p->status_type);
+    Py_XDECREF(p->status_dict);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pytapp._cexec.Program",
+    .tp_basicsize = sizeof(Program),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A lowered product: call it with (alpha, A, B, beta, C, D).",
+    .tp_new = Program_new,
+    .tp_dealloc = Program_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Program, vcall),
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyObject *set_blas(PyObject *self, PyObject *args) {
+    unsigned long long s, d, c, z;
+    int ilp64;
+    if (!PyArg_ParseTuple(args, "KKKKp", &s, &d, &c, &z, &ilp64)) return NULL;
+    g_gemm[DT_F32] = (void *)(uintptr_t)s;
+    g_gemm[DT_F64] = (void *)(uintptr_t)d;
+    g_gemm[DT_C64] = (void *)(uintptr_t)c;
+    g_gemm[DT_C128] = (void *)(uintptr_t)z;
+    g_ilp64 = ilp64;
+    Py_RETURN_NONE;
+}
+
+static PyObject *has_blas(PyObject *self, PyObject *args) {
+    return PyBool_FromLong(g_gemm[0] && g_gemm[1] && g_gemm[2] && g_gemm[3]);
+}
+
+static PyMethodDef methods[] = {
+    {"set_blas", set_blas, METH_VARARGS,
+     "set_blas(sgemm, dgemm, cgemm, zgemm, ilp64): addresses of the CBLAS GEMM functions."},
+    {"has_blas", has_blas, METH_NOARGS, "Whether GEMM functions were registered."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cexec", "pytapp's compiled executor of lowered products.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__cexec(void) {
+    import_array();
+    if (PyType_Ready(&ProgramType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&ProgramType);
+    if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(&ProgramType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

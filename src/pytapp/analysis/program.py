@@ -1,0 +1,245 @@
+"""Lower a ContractionSpec into a program for the compiled executor (pure data, no arrays).
+
+A :class:`Lowered` program says what every operand must be (shape and byte strides of its
+descriptor, the bytes its footprint spans) and which steps compute D: either one loop nest
+over the merged labels (small products of any label class: Hadamard, contracted, isolated,
+broadcast, diagonals) or batched GEMMs on strided views that BLAS reads and writes in place,
+with beta op_C(C) and op_D applied around them. Products the executor does not cover (mixed or
+16-bit datatypes, input rounding, layouts that need copies, large products without an in-place
+GEMM) are not lowered: the backend's own plan runs them.
+
+Examples
+--------
+>>> from pytapp.datatypes import Datatype
+>>> from pytapp.analysis.spec import build_spec
+>>> F = Datatype.F64
+>>> spec = build_spec(a=(F, (4, 5), (5, 1), "ik", 0), b=(F, (5, 3), (3, 1), "kj", 0),
+...                   c=(F, (4, 3), (3, 1), "ij", 0), d=(F, (4, 3), (3, 1), "ij", 0), prec=-1)
+>>> prog = lower(spec, gemm=False)
+>>> prog.kind, prog.nout, prog.extents
+(<Step.LOOP: 0>, 2, (4, 3, 5))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from math import prod
+
+from pytapp.analysis.cost import MachineModel, view_gemm_seconds
+from pytapp.analysis.spec import ContractionSpec, OperandSpec
+from pytapp.analysis.viewgemm import ViewGemm, view_gemms
+from pytapp.datatypes import Datatype
+
+__all__ = ["GemmStep", "Lowered", "Step", "lower"]
+
+Label = Hashable
+#: Most modes (and merged labels) the executor loops over.
+MAX_LABELS = 32
+#: Products with at most this many multiply-adds run as one loop nest when no GEMM maps them
+#: in place: below this a library call's fixed cost is the time.
+LOOP_MAX_MADDS = 1 << 13
+#: GEMMs with fewer multiply-adds per call than this run as a loop nest instead.
+GEMM_MIN_MADDS = 512
+#: Batched GEMMs run in one process-wide BLAS call loop only below this many flops in total;
+#: larger batches are split across threads by the blas backend's own plan.
+GEMM_BATCH_MAX_FLOPS = 1 << 24
+#: The executor lets other Python threads run during products of at least this many flops.
+RELEASE_GIL_FLOPS = 1 << 16
+
+#: CBLAS constants.
+NO_TRANS, TRANS, CONJ_TRANS = 111, 112, 113
+
+#: Datatypes the executor computes in, and their code in the executor.
+_CODES = {Datatype.F32: 0, Datatype.F64: 1, Datatype.C32: 2, Datatype.C64: 3}
+
+
+class Step(IntEnum):
+    """The executor's two kinds of main step."""
+
+    LOOP = 0
+    GEMM = 1
+
+
+@dataclass(frozen=True)
+class GemmStep:
+    """Row-major CBLAS GEMMs over a batch: ``D = alpha op(L) op(R) (+ beta D)`` per element.
+
+    ``swap``: the left matrix is B's (each call computes ``D^T = B^T A^T``). Batch strides are
+    in bytes for A, B and D; m, n, k and leading dimensions in elements.
+    """
+
+    batch_extents: tuple[int, ...]
+    batch_a: tuple[int, ...]
+    batch_b: tuple[int, ...]
+    batch_d: tuple[int, ...]
+    swap: bool
+    trans_left: int
+    trans_right: int
+    m: int
+    n: int
+    k: int
+    ld_left: int
+    ld_right: int
+    ld_d: int
+
+    def as_tuple(self) -> tuple[object, ...]:
+        """The executor's argument tuple."""
+        return (self.batch_extents, self.batch_a, self.batch_b, self.batch_d, int(self.swap),
+                self.trans_left, self.trans_right, self.m, self.n, self.k, self.ld_left,
+                self.ld_right, self.ld_d)
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A product lowered for the compiled executor.
+
+    Operand tuples are in the order A, B, C, D; strides are in bytes. ``extents`` lists the
+    loop labels: the first ``nout`` are D's merged labels, the rest are summed.
+    """
+
+    kind: Step
+    dtype: int
+    datatype: Datatype
+    shapes: tuple[tuple[int, ...], ...]
+    strides: tuple[tuple[int, ...], ...]
+    footprints: tuple[tuple[int, int] | None, ...]
+    conj: tuple[int, int, int, int]
+    nout: int
+    extents: tuple[int, ...]
+    label_strides: tuple[tuple[int, ...], ...]
+    gemm: GemmStep | None
+    flops: int
+    empty_sum: bool
+    description: str
+
+
+def _uniform(spec: ContractionSpec) -> Datatype | None:
+    """The one datatype of every operand when the executor computes in it, else ``None``."""
+    dt = spec.a.datatype
+    if dt not in _CODES or any(op.datatype is not dt for op in spec.operands):
+        return None
+    rule = spec.rule
+    if rule.real is not dt.real or rule.is_complex != dt.is_complex:
+        return None
+    if rule.input_round is not None and rule.input_round is not dt.real:
+        return None
+    return dt
+
+
+def _byte_footprint(op: OperandSpec, item: int) -> tuple[int, int] | None:
+    if op.footprint is None:
+        return None
+    low, high = op.footprint
+    return low * item, (high + 1) * item
+
+
+def _matrix(rows: int, cols: int, s_rows: int, s_cols: int, conj: bool) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) of a row-major reading of a strided matrix."""
+    if (cols <= 1 or s_cols == 1) and (rows <= 1 or s_rows >= max(cols, 1)):
+        if conj:
+            return None  # CBLAS conjugates only together with a transposition
+        return NO_TRANS, max(s_rows if rows > 1 else cols, cols, 1)
+    if (rows <= 1 or s_rows == 1) and (cols <= 1 or s_cols >= max(rows, 1)):
+        return (CONJ_TRANS if conj else TRANS), max(s_cols if cols > 1 else rows, rows, 1)
+    return None
+
+
+def _gemm_step(spec: ContractionSpec, g: ViewGemm, item: int) -> GemmStep | None:
+    """CBLAS arguments of one view mapping, or ``None`` when CBLAS cannot take it in place."""
+    nb = len(g.batch)
+    (ra, ka), (kb, cb), (rd, cd) = g.a.strides[nb:], g.b.strides[nb:], g.d.strides[nb:]
+    conj_a, conj_b = spec.a.conjugates, spec.b.conjugates
+    if not g.swap:  # D row-major: D = A B
+        m, n = g.m, g.n
+        left = _matrix(m, g.k, ra, ka, conj_a)
+        right = _matrix(g.k, n, kb, cb, conj_b)
+        ld_d = max(rd if m > 1 else n, n, 1)
+        if n > 1 and cd != 1:
+            return None
+    else:  # D column-major: D^T = B^T A^T
+        m, n = g.n, g.m
+        left = _matrix(m, g.k, cb, kb, conj_b)
+        right = _matrix(g.k, n, ka, ra, conj_a)
+        ld_d = max(cd if m > 1 else n, n, 1)
+        if n > 1 and rd != 1:
+            return None
+    if left is None or right is None:
+        return None
+    return GemmStep(
+        batch_extents=tuple(g.a.shape[:nb]),
+        batch_a=tuple(s * item for s in g.a.strides[:nb]),
+        batch_b=tuple(s * item for s in g.b.strides[:nb]),
+        batch_d=tuple(s * item for s in g.d.strides[:nb]),
+        swap=g.swap, trans_left=left[0], trans_right=right[0], m=m, n=n, k=g.k,
+        ld_left=left[1], ld_right=right[1], ld_d=ld_d,
+    )
+
+
+def _choose_gemm(spec: ContractionSpec, item: int) -> tuple[ViewGemm, GemmStep] | None:
+    model, cplx = MachineModel(), spec.rule.is_complex
+    ranked = sorted(view_gemms(spec),
+                    key=lambda g: view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx))
+    for g in ranked:
+        if g.m * g.n * g.k < GEMM_MIN_MADDS:
+            return None
+        if g.calls > 1 and spec.flops > GEMM_BATCH_MAX_FLOPS:
+            return None
+        step = _gemm_step(spec, g, item)
+        if step is not None:
+            return g, step
+    return None
+
+
+def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
+    """Lower ``spec`` for the compiled executor, or ``None`` when it does not cover it.
+
+    Parameters
+    ----------
+    spec
+        The validated product.
+    gemm
+        Whether GEMM steps may be used (a BLAS library was registered with the executor).
+    """
+    dt = _uniform(spec)
+    if dt is None:
+        return None
+    ops = spec.operands
+    if any(len(op.labels) > MAX_LABELS for op in ops):
+        return None
+    cls = spec.classes
+    out = list(spec.d.modes.labels)
+    summed = [*cls.P, *cls.IA, *cls.IB]
+    if len(out) + len(summed) > MAX_LABELS:
+        return None
+    item = dt.itemsize
+    by_label = [dict(zip(op.modes.labels, op.modes.strides, strict=True)) for op in ops]
+    # Innermost: the smallest stride of D among outputs, of A among summed labels.
+    out.sort(key=lambda x: -abs(by_label[3][x]))
+    summed.sort(key=lambda x: -abs(by_label[0].get(x, 0)))
+    labels: Sequence[Label] = [*out, *summed]
+    madds = prod(spec.extent(x) for x in labels)
+    chosen = _choose_gemm(spec, item) if gemm else None
+    if chosen is None and madds > LOOP_MAX_MADDS:
+        return None
+    if chosen is not None:
+        g, step = chosen
+        kind, gemm_step = Step.GEMM, step
+        description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
+                       f"[m={g.m}, n={g.n}, k={g.k}] (no copies)")
+    else:
+        kind, gemm_step = Step.LOOP, None
+        description = f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds)"
+    return Lowered(
+        kind=kind, dtype=_CODES[dt], datatype=dt,
+        shapes=tuple(op.extents for op in ops),
+        strides=tuple(tuple(s * item for s in op.strides) for op in ops),
+        footprints=tuple(_byte_footprint(op, item) for op in ops),
+        conj=(int(spec.a.conjugates), int(spec.b.conjugates), int(spec.c.conjugates),
+              int(spec.d.conjugates)),
+        nout=len(out),
+        extents=tuple(spec.extent(x) for x in labels),
+        label_strides=tuple(tuple(s.get(x, 0) * item for x in labels) for s in by_label),
+        gemm=gemm_step, flops=spec.flops, empty_sum=spec.empty_sum, description=description,
+    )

@@ -1,0 +1,131 @@
+"""Compile lowered products into programs of the compiled executor (``pytapp._cexec``).
+
+The executor calls the CBLAS GEMM of the BLAS library NumPy itself loaded (found once, on
+first use): one library and one thread pool serve NumPy, the executor and the thread settings
+of :func:`pytapp.executor.thread_scope`. Without that library (NumPy built against another
+BLAS) programs use loop nests only; without the compiled extension there are no programs and
+every product runs on its backend's Python plan.
+
+Examples
+--------
+>>> import numpy as np
+>>> from pytapp.datatypes import Datatype
+>>> from pytapp.analysis.spec import build_spec
+>>> from pytapp.status import Status
+>>> F = Datatype.F64
+>>> spec = build_spec(a=(F, (2, 3), (3, 1), "ik", 0), b=(F, (3, 2), (2, 1), "kj", 0),
+...                   c=(F, (2, 2), (2, 1), "ij", 0), d=(F, (2, 2), (2, 1), "ij", 0), prec=-1)
+>>> prog = compile_product(spec, Status(backend="blas"))
+>>> a, b, d = np.ones((2, 3)), np.ones((3, 2)), np.zeros((2, 2))
+>>> status = prog(1.0, a, b, 0.0, None, d) if prog is not None else None
+>>> d.tolist() if prog is not None else [[3.0, 3.0], [3.0, 3.0]]
+[[3.0, 3.0], [3.0, 3.0]]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
+from pytapp.analysis.spec import ContractionSpec
+
+__all__ = ["available", "blas_available", "compile_lowered", "compile_product"]
+
+try:
+    from pytapp import _cexec
+except ImportError:  # a source tree used without building: the Python plans run everything
+    _cexec = None
+
+_lock = threading.Lock()
+_blas_state: bool | None = None
+#: CBLAS GEMM symbol spellings, ILP64 first: (prefix, suffix, ILP64).
+_SPELLINGS = (("scipy_cblas_", "64_", True), ("cblas_", "64_", True),
+              ("scipy_cblas_", "", False), ("cblas_", "", False))
+
+
+def available() -> bool:
+    """Whether the compiled executor was built and is not switched off.
+
+    ``PYTAPP_COMPILED=0`` in the environment switches it off for plans created afterwards (every
+    product then runs on its backend's Python plan: for comparisons and for testing those).
+    """
+    return _cexec is not None and os.environ.get("PYTAPP_COMPILED", "1").strip() != "0"
+
+
+def _numpy_blas_paths() -> list[str]:
+    """Shared libraries that may be NumPy's BLAS: the wheel's bundled ones first."""
+    root = os.path.dirname(os.path.dirname(np.__file__))
+    found = sorted(glob.glob(os.path.join(root, "numpy.libs", "*openblas*")))
+    if found:
+        return found
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [str(i["filepath"]) for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
+def _register_blas() -> bool:
+    """Hand NumPy's CBLAS GEMM addresses to the executor; whether that worked."""
+    if _cexec is None:
+        return False
+    for path in _numpy_blas_paths():
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by NumPy: the same image
+        except OSError:
+            continue
+        for prefix, suffix, ilp64 in _SPELLINGS:
+            try:
+                funcs = [getattr(lib, f"{prefix}{t}gemm{suffix}") for t in "sdcz"]
+            except AttributeError:
+                continue
+            addresses = [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in funcs]
+            if all(addresses):
+                _cexec.set_blas(*addresses, ilp64)
+                return True
+    return False
+
+
+def blas_available() -> bool:
+    """Whether GEMM steps can run (NumPy's CBLAS was found), decided once."""
+    global _blas_state
+    if _blas_state is None:
+        with _lock:
+            if _blas_state is None:
+                _blas_state = _register_blas()
+    return _blas_state
+
+
+def compile_lowered(prog: Lowered, status: Any) -> Any:
+    """Return the executor's program for ``prog``; ``status`` is copied for every run."""
+    assert _cexec is not None  # callers check available()
+    gemm = prog.gemm.as_tuple() if prog.gemm is not None else None
+    return _cexec.Program(
+        type_num=prog.datatype.numpy_dtype.num, dtype=prog.dtype, kind=int(prog.kind),
+        shapes=prog.shapes, strides=prog.strides, footprints=prog.footprints, conj=prog.conj,
+        nout=prog.nout, extents=prog.extents, label_strides=prog.label_strides, gemm=gemm,
+        flops=float(prog.flops), release_gil_flops=float(RELEASE_GIL_FLOPS),
+        empty_sum=prog.empty_sum, status=status)
+
+
+def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
+    """Lower and compile ``spec``, or ``None`` when the executor does not cover it.
+
+    ``status`` is the Status template every run returns a copy of (its ``seconds`` set);
+    the program's description is appended to its ``algorithm``.
+    """
+    if not available():
+        return None
+    prog = lower(spec, gemm=blas_available())
+    if prog is None:
+        return None
+    status.algorithm += prog.description
+    if prog.kind is Step.GEMM and not blas_available():
+        return None
+    return compile_lowered(prog, status)
