@@ -362,6 +362,11 @@ def _both(monkeypatch: pytest.MonkeyPatch, make: Callable[[], TensorProduct]) ->
     return with_exec, without
 
 
+def _values(d: Any) -> np.ndarray:
+    """A copy of D's values (a NumPy array or a CPU torch tensor)."""
+    return np.array(d.numpy() if hasattr(d, "numpy") else d, copy=True)
+
+
 def _same_outcome(plans: tuple[TensorProduct, TensorProduct],
                   args: Callable[[], tuple[Any, ...]], *, compiled: bool,
                   expect: np.ndarray | None = None, code: int | None = None) -> None:
@@ -370,17 +375,17 @@ def _same_outcome(plans: tuple[TensorProduct, TensorProduct],
     results = []
     for k, plan in enumerate(plans):
         alpha, a, b, beta, c, d = args()
-        before = np.array(d, copy=True)
+        before = _values(d)
         if code is not None:
             with pytest.raises(pytapp.TappError) as err:
                 plan.execute(alpha, a, b, beta, c, d)
             assert err.value.code == code, err.value
-            assert np.array_equal(np.asarray(d), before, equal_nan=True)
+            assert np.array_equal(_values(d), before, equal_nan=True)
             continue
         status = plan.execute(alpha, a, b, beta, c, d)
         if k == 0:
             assert status.algorithm.startswith(COMPILED) == compiled, status.algorithm
-        results.append(np.array(d, copy=True))
+        results.append(_values(d))
     if code is None:
         assert np.array_equal(results[0], results[1])
         if expect is not None:
@@ -515,6 +520,24 @@ def test_scalar_types(alpha: Any, monkeypatch: pytest.MonkeyPatch) -> None:
                                   np.zeros((4, 3))),
                   compiled=type(alpha) in (float, int, complex, np.float64),
                   expect=value * ref.real + 0.5)
+
+
+@pytest.mark.parametrize(("alpha", "code"), [
+    (2**70, None), (-(2**63), None), (np.uint64(2**64 - 1), None), (float("inf"), None),
+    (1e39, 21), (-(2**200), 21), (10**400, 21), (complex(1e39, 0), 21),
+    (np.timedelta64(1), 21), (np.datetime64(1, "s"), 21), (None, 21),
+], ids=lambda x: repr(x)[:24])
+def test_large_and_odd_scalars_on_f32(alpha: Any, code: int | None,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ints beyond int64 that F32 holds; values that overflow F32, or are no numbers (21)."""
+    a, b, ref = _plain(np.float32)
+    plans = _both(monkeypatch, lambda: _matmul_plan(a, b, np.zeros((4, 3), np.float32)))
+    expect = None if code is not None else np.float32(alpha) * ref.real.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        _same_outcome(plans, lambda: (alpha, a, b, 0.0, None, np.zeros((4, 3), np.float32)),
+                      compiled=type(alpha) is float or (
+                          type(alpha) is int and -(2**63) <= alpha < 2**63),
+                      code=code, expect=expect)
 
 
 # ------------------------------------------------------------------------------ 4. alpha == 0
