@@ -80,6 +80,31 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
     yield rec
 
 
+@dataclass
+class Drawn(Instance):
+    """An instance whose ``flat`` roles are passed as one-dimensional storage."""
+
+    flat: tuple[str, ...] = ()
+
+
+def _data(inst: Instance, role: str) -> Any:
+    """What execute gets for ``role``: the view, or its flat storage."""
+    item = inst.items[0]
+    if role == "C" and inst.c_is_d:
+        role = "D"
+    view = item.view(role)
+    if view is not None and role in getattr(inst, "flat", ()):
+        return view.reshape(-1)  # a row-major parent: element [0, ..., 0] first
+    return view
+
+
+def _takes(inst: Instance) -> bool:
+    """Whether the executor takes these operands as they are: aligned, with the descriptor's
+    shape and strides (flat storage of a 1-d row-major operand has them)."""
+    return all(x is None or (x.flags.aligned and (x.shape, x.strides) == (v.shape, v.strides))
+               for x, v in ((_data(inst, r), inst.items[0].view(r)) for r in "ABCD"))
+
+
 def _plan(inst: Instance, backend: str = "blas") -> TensorProduct:
     item = inst.items[0]
     infos = {r: TensorInfo.from_array(np.asarray(item.need(r).view)) for r in "ABD"}
@@ -97,9 +122,9 @@ def _execute(inst: Instance, backend: str = "blas") -> tuple[TensorProduct, Any]
     item = inst.items[0]
     exp = expected_result(inst, item)
     plan = _plan(inst, backend)
-    c = item.d.view if inst.c_is_d else item.view("C")
+    a, b, c, d = (_data(inst, r) for r in "ABCD")
     with np.errstate(all="ignore"):
-        status = plan.execute(inst.alpha, item.a.view, item.b.view, inst.beta, c, item.d.view)
+        status = plan.execute(inst.alpha, a, b, inst.beta, c, d)
     ok, why = check_result(item.d.parent, exp)
     assert ok, f"{why}\n{inst.describe()}\n{status.algorithm}"
     return plan, status
@@ -117,6 +142,15 @@ def _zero_stride(rng: np.random.Generator, ext: Sequence[int], dt: Datatype) -> 
     return OperandData(view, parent)
 
 
+def _misaligned(data: OperandData) -> OperandData:
+    """The operand's values in a contiguous array at an odd address."""
+    view = np.asarray(data.view)
+    raw = np.zeros(view.nbytes + 1, dtype=np.uint8)
+    arr = raw[1:].view(view.dtype).reshape(view.shape)
+    arr[...] = view
+    return OperandData(arr, arr)
+
+
 def _with_canaries(data: OperandData) -> OperandData:
     """NaN everywhere in the parent outside the view: an out-of-footprint read shows."""
     view = np.asarray(data.view)
@@ -131,7 +165,8 @@ def build(dt: Datatype, labels: dict[str, tuple[Hashable, ...]], extents: dict[H
           layouts: dict[str, str], *, seed: int = 0, alpha: complex | float = 1.0,
           beta: complex | float = 0.0, ops: str = "----", c_mode: str = "none",
           prec: Prectype = Prectype.DEFAULT) -> Instance:
-    """One product with data: ``layouts`` per role (the kit's kinds, or ``zero``); ``ops``
+    """One product with data: ``layouts`` per role (the kit's kinds, ``zero``, ``misaligned``
+    or ``flat``: row-major, passed as one-dimensional storage); ``ops``
     marks conjugated operands with ``c`` (A, B, C, D); ``c_mode`` is ``none`` (no C),
     ``own`` (C has its own layout), ``d`` (C is D) or ``nan`` (a C full of NaN, with beta 0)."""
     rng = np.random.default_rng(seed)
@@ -140,8 +175,14 @@ def build(dt: Datatype, labels: dict[str, tuple[Hashable, ...]], extents: dict[H
     for role in "ABCD":
         ext = [extents[x] for x in labels[role]]
         kind = layouts.get(role, "row")
-        data[role] = (_zero_stride(rng, ext, dt) if kind == "zero"
-                      else make_operand(rng, ext, dt, kind))
+        if kind == "zero":
+            data[role] = _zero_stride(rng, ext, dt)
+        elif kind in ("misaligned", "flat"):
+            data[role] = make_operand(rng, ext, dt, "row")
+        else:
+            data[role] = make_operand(rng, ext, dt, kind)
+        if kind == "misaligned":
+            data[role] = _misaligned(data[role])
         if role in "AB":
             _with_canaries(data[role])
     if c_mode == "nan":
@@ -149,8 +190,9 @@ def build(dt: Datatype, labels: dict[str, tuple[Hashable, ...]], extents: dict[H
     item = Operands(data["A"], data["B"], None if c_mode == "none" else data["C"], data["D"])
     if c_mode == "d":
         item.c = item.d
-    return Instance(
-        case=0, seed=seed, labels=labels, datatypes=dict.fromkeys("ABCD", dt), items=[item],
+    return Drawn(
+        flat=tuple(r for r, k in layouts.items() if k == "flat"), case=0, seed=seed,
+        labels=labels, datatypes=dict.fromkeys("ABCD", dt), items=[item],
         ops={r: ElementOp.CONJUGATE if o == "c" else ElementOp.IDENTITY
              for r, o in zip("ABCD", ops, strict=True)},
         prec=prec, alpha=alpha, beta=beta, allow_broadcast=True, c_is_d=c_mode == "d")
@@ -250,6 +292,8 @@ def compiled_products(draw: st.DrawFn, gemm: bool) -> Instance:
     kinds = ("row", "row", "sub", "sub_fewer", "perm") if gemm else _LAYOUTS
     layouts = {r: draw(st.sampled_from(kinds + (("zero",) if r in "ABC" else ())))
                for r in "ABCD"}
+    if draw(st.integers(0, 3)) == 0:  # operands the executor leaves to the Python plan
+        layouts[draw(st.sampled_from("ABCD"))] = draw(st.sampled_from(("misaligned", "flat")))
     cplx = dt.is_complex
     real = st.sampled_from([1.0, -1.0, 0.5, 2]) | st.floats(-2, 2, allow_nan=False)
     scalar = st.builds(complex, real, real) if cplx else real
@@ -267,9 +311,10 @@ def compiled_products(draw: st.DrawFn, gemm: bool) -> Instance:
 
 def _check_compiled(inst: Instance) -> str:
     plan, status = _execute(inst)
-    # Every operand is an exact, aligned, owned, non-overlapping ndarray: a plan that lowered
-    # runs compiled.
-    assert status.algorithm.startswith(COMPILED) == plan.algorithm.startswith(COMPILED), (
+    # Operands are owned, non-overlapping ndarrays: a plan that lowered runs compiled unless
+    # one is misaligned or flat storage.
+    lowered = plan.algorithm.startswith(COMPILED)
+    assert status.algorithm.startswith(COMPILED) == (lowered and _takes(inst)), (
         plan.algorithm, status.algorithm)
     return str(status.algorithm)
 
