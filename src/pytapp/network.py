@@ -97,6 +97,35 @@ class Prepared:
                                                writeable=False)
 
 
+class CompiledChain:
+    """Every step of a network as a compiled program, for one layout and dtype of the inputs.
+
+    Calling it runs the steps one after the other on fresh intermediates (so concurrent calls
+    never share a buffer) and returns the result, or ``None`` when some step's program does not
+    take its operands (nothing the caller owns was written: the general path then runs).
+    """
+
+    __slots__ = ("dtype", "items", "one")
+
+    def __init__(self, items: list[tuple[Any, int, int, tuple[int, ...]]], dtype: np.dtype[Any],
+                 one: np.ndarray) -> None:
+        self.items = items
+        self.dtype = dtype
+        self.one = one
+
+    def __call__(self, arrays: Sequence[np.ndarray]) -> np.ndarray | None:
+        """Contract ``arrays`` (the layouts the chain was built for)."""
+        slots = list(arrays)
+        d: np.ndarray | None = None
+        for program, a, b, shape in self.items:
+            d = np.empty(shape, self.dtype)
+            if program(1.0, slots[a], self.one if b < 0 else slots[b], 0.0, None,
+                       d) is NotImplemented:
+                return None
+            slots.append(d)
+        return d
+
+
 def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
     sizes: dict[str, int] = {}
     where: dict[str, int] = {}
@@ -396,6 +425,30 @@ class Network:
             if shared:
                 self._busy.release()
         return result
+
+    def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
+                       handle: Handle) -> CompiledChain | None:
+        """Return the network as compiled programs for these inputs' layouts, when every step
+        lowers (inputs used as they are, already of ``dt``); ``None`` otherwise."""
+        want = dt.numpy_dtype
+        if any(p.drop or p.diagonal for p in self.prepared) or any(
+                a.dtype != want for a in arrays):
+            return None
+        slots = list(arrays)
+        items: list[tuple[Any, int, int, tuple[int, ...]]] = []
+        for k, step in enumerate(self.steps):
+            if step.out != len(slots):
+                return None
+            d = np.empty(self._out_shapes[k], dtype=want)
+            a = slots[step.a]
+            b = _ONE[dt] if step.b is None else slots[step.b]
+            program = self._plan(k, handle, a, b, d).compiled_program
+            if program is None:
+                return None
+            items.append((program, step.a, -1 if step.b is None else step.b,
+                          self._out_shapes[k]))
+            slots.append(d)
+        return CompiledChain(items, want, _ONE[dt])
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""

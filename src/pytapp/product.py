@@ -231,6 +231,16 @@ class TensorProduct(TappObject):
         return f"{head}\n{body}\nworkspace: {self.workspace_bytes} bytes, flops: {spec.flops}"
 
     @property
+    def compiled_program(self) -> Any:
+        """The compiled executor's program of this plan, or ``None`` (the backend plan runs).
+
+        Calling it with ``(alpha, A, B, beta, C, D)`` runs the product when the operands are
+        exactly the descriptors' layouts and returns a :class:`Status`; otherwise it returns
+        ``NotImplemented`` without touching anything (:meth:`execute` then binds them).
+        """
+        return self._program
+
+    @property
     def allow_broadcast(self) -> bool:
         """Whether labels only in D (Case 5) are accepted (fixed at creation)."""
         return self.spec.allow_broadcast
