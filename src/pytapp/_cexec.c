@@ -21,13 +21,14 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define MAXL 32 /* most merged labels a program loops over */
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_C64 = 2, DT_C128 = 3 };
-enum { K_LOOP = 0, K_GEMM = 1 };
+enum { K_LOOP = 0, K_GEMM = 1, K_TTGT = 2 };
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, CONJ_TRANS = 113 };
 
 /* CBLAS GEMM signatures, ILP64 (int64 dimensions) or LP64 (int). */
@@ -50,6 +51,13 @@ static int g_ilp64 = 1;
 typedef struct {
     double re, im;
 } cval; /* a scalar in the compute type, widened */
+
+/* A loop nest over labels: extents and up to four byte strides per label. */
+typedef struct {
+    int nl, nout;
+    npy_intp ext[MAXL];
+    npy_intp st[4][MAXL];
+} Nest;
 
 typedef struct {
     PyObject_HEAD int type_num;
@@ -75,6 +83,12 @@ typedef struct {
     npy_intp bst[3][MAXL]; /* A, B, D byte strides of the batch labels */
     int swap, ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
+    /* TTGT: pack A as [H][M][K] and B as [H][K][N] (summing isolated labels, applying op),
+     * GEMMs into T [H][M][N], then D = op_D(alpha T + beta op_C(C)) over D's labels, with
+     * T's strides (0 for broadcast labels) in tst. */
+    Nest pack_a, pack_b;
+    npy_intp tst[MAXL];
+    npy_intp bytes_a, bytes_b, bytes_t;
     double release_gil_flops;
     double flops;
     PyObject *status_type;
@@ -269,6 +283,120 @@ REAL_KERNELS(f64, double)
 COMPLEX_KERNELS(c64, float)
 COMPLEX_KERNELS(c128, double)
 
+
+/* dst (contiguous, in the nest's output order) = sum over its summed labels of op(src). */
+#define PACK_KERNEL(NAME, T, CPLX)                                                              \
+    static void pack_##NAME(const Nest *n, const char *src, char *dst, int conj) {              \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const int nl = n->nl, nout = n->nout;                                                   \
+        T *out = (T *)dst;                                                                      \
+        const T sgn = conj ? (T)-1 : (T)1;                                                      \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            T accr = 0, acci = 0;                                                               \
+            if (nl > nout) {                                                                    \
+                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp q[1] = {o[0]};                                                         \
+                int inner_done = 0;                                                             \
+                while (!inner_done) {                                                           \
+                    const T *x = (const T *)(src + q[0]);                                       \
+                    accr += x[0];                                                               \
+                    if (CPLX) acci += x[1];                                                     \
+                    ODOMETER_STEP(n, jdx, nout, nl, q, 1, inner_done);                          \
+                }                                                                               \
+            } else {                                                                            \
+                const T *x = (const T *)(src + o[0]);                                           \
+                accr = x[0];                                                                    \
+                if (CPLX) acci = x[1];                                                          \
+            }                                                                                   \
+            if (CPLX) {                                                                         \
+                out[0] = accr;                                                                  \
+                out[1] = sgn * acci;                                                            \
+                out += 2;                                                                       \
+            } else {                                                                            \
+                *out++ = accr;                                                                  \
+            }                                                                                   \
+            ODOMETER_STEP(n, idx, 0, nout, o, 1, done);                                         \
+        }                                                                                       \
+    }
+
+PACK_KERNEL(f32, float, 0)
+PACK_KERNEL(f64, double, 0)
+PACK_KERNEL(c64, float, 1)
+PACK_KERNEL(c128, double, 1)
+
+/* D = op_D(alpha T + beta op_C(C)) over D's labels (st[2] C, st[3] D, tst T). */
+#define STORE_KERNEL(NAME, T, CPLX)                                                             \
+    static void store_##NAME(const Program *p, cval al, cval be, const char *Tm, const char *C, \
+                             char *D) {                                                         \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
+        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        npy_intp ot = 0;                                                                        \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            const T *t = (const T *)(Tm + ot);                                                  \
+            T *d = (T *)(D + o[3]);                                                             \
+            if (CPLX) {                                                                         \
+                T rr = CMUL_RE(ar, ai, t[0], t[1]), ri = CMUL_IM(ar, ai, t[0], t[1]);           \
+                if (C) {                                                                        \
+                    const T *c = (const T *)(C + o[2]);                                         \
+                    const T cr = c[0], ci = sc * c[1];                                          \
+                    rr += CMUL_RE(br, bi, cr, ci);                                              \
+                    ri += CMUL_IM(br, bi, cr, ci);                                              \
+                }                                                                               \
+                d[0] = rr;                                                                      \
+                d[1] = sd * ri;                                                                 \
+            } else {                                                                            \
+                T r = ar * t[0];                                                                \
+                if (C) r += br * *(const T *)(C + o[2]);                                        \
+                d[0] = r;                                                                       \
+            }                                                                                   \
+            {                                                                                   \
+                int _l = p->nout - 1;                                                           \
+                for (; _l >= 0; --_l) {                                                         \
+                    if (++idx[_l] < p->ext[_l]) {                                               \
+                        o[2] += p->st[2][_l];                                                   \
+                        o[3] += p->st[3][_l];                                                   \
+                        ot += p->tst[_l];                                                       \
+                        break;                                                                  \
+                    }                                                                           \
+                    idx[_l] = 0;                                                                \
+                    o[2] -= (p->ext[_l] - 1) * p->st[2][_l];                                    \
+                    o[3] -= (p->ext[_l] - 1) * p->st[3][_l];                                    \
+                    ot -= (p->ext[_l] - 1) * p->tst[_l];                                        \
+                }                                                                               \
+                done = _l < 0;                                                                  \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+STORE_KERNEL(f32, float, 0)
+STORE_KERNEL(f64, double, 0)
+STORE_KERNEL(c64, float, 1)
+STORE_KERNEL(c128, double, 1)
+
+static void run_pack(const Program *p, const Nest *n, const char *src, char *dst, int conj) {
+    switch (p->dtype) {
+        case DT_F32: pack_f32(n, src, dst, conj); break;
+        case DT_F64: pack_f64(n, src, dst, conj); break;
+        case DT_C64: pack_c64(n, src, dst, conj); break;
+        default: pack_c128(n, src, dst, conj); break;
+    }
+}
+
+static void run_store(const Program *p, cval al, cval be, const char *T, const char *C,
+                      char *D) {
+    switch (p->dtype) {
+        case DT_F32: store_f32(p, al, be, T, C, D); break;
+        case DT_F64: store_f64(p, al, be, T, C, D); break;
+        case DT_C64: store_c64(p, al, be, T, C, D); break;
+        default: store_c128(p, al, be, T, C, D); break;
+    }
+}
+
 static void run_loop(const Program *p, cval al, cval be, const char *A, const char *B,
                      const char *C, char *D) {
     switch (p->dtype) {
@@ -373,6 +501,35 @@ static void run_gemm(const Program *p, cval al, cval be, const char *A, const ch
     }
 }
 
+
+static void *scratch(npy_intp bytes) {
+    size_t size = ((size_t)(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
+    return aligned_alloc(64, size);
+}
+
+/* Packs, GEMMs into the scratch T, then the store into D; 1 when memory ran out. */
+static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
+                    const char *C, char *D) {
+    char *pa = p->bytes_a ? scratch(p->bytes_a) : NULL;
+    char *pb = p->bytes_b ? scratch(p->bytes_b) : NULL;
+    char *t = scratch(p->bytes_t);
+    if ((p->bytes_a && !pa) || (p->bytes_b && !pb) || !t) {
+        free(pa);
+        free(pb);
+        free(t);
+        return 1;
+    }
+    if (pa) run_pack(p, &p->pack_a, A, pa, p->conj[0]);
+    if (pb) run_pack(p, &p->pack_b, B, pb, p->conj[1]);
+    cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    run_gemm(p, one, zero, pa ? pa : A, pb ? pb : B, t);
+    run_store(p, al, be, t, C, D);
+    free(pa);
+    free(pb);
+    free(t);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ operand checks */
 
 /* The operand as the program needs it, or NULL (no error set) when the general path must bind
@@ -471,6 +628,11 @@ static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t 
             if (p->conj[3]) run_conj(p, pd);
         } else if (p->kind == K_LOOP) {
             run_loop(p, al, be, pa, pb, pc, pd);
+        } else if (p->kind == K_TTGT) {
+            if (run_ttgt(p, al, be, pa, pb, pc, pd)) {
+                if (release) PyEval_RestoreThread(ts);
+                return PyErr_NoMemory();
+            }
         } else {
             cval gbeta = {0.0, 0.0};
             if (pc && c_is_d && !p->conj[2]) {
@@ -527,22 +689,34 @@ static int read_intps(PyObject *seq, npy_intp *out, int max, int *count, const c
     return 0;
 }
 
+/* (nout, extents, source byte strides) of a packing nest; the destination is contiguous. */
+static int read_nest(PyObject *t, Nest *n) {
+    PyObject *ext, *src;
+    if (!PyArg_ParseTuple(t, "iOO", &n->nout, &ext, &src)) return -1;
+    int count;
+    if (read_intps(ext, n->ext, MAXL, &n->nl, "nest extents") ||
+        read_intps(src, n->st[0], MAXL, &count, "nest strides"))
+        return -1;
+    return 0;
+}
+
 static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"type_num", "dtype", "kind", "shapes", "strides", "footprints",
-                             "conj", "nout", "extents", "label_strides", "gemm", "flops",
+                             "conj", "nout", "extents", "label_strides", "gemm", "ttgt", "flops",
                              "release_gil_flops", "empty_sum", "status", NULL};
     int type_num, dtype, kind, nout, empty_sum;
     double flops, release;
-    PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *status;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOddpO", kwlist, &type_num, &dtype,
+    PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *ttgt, *status;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpO", kwlist, &type_num, &dtype,
                                      &kind, &shapes, &strides, &foots, &conj, &nout, &extents,
-                                     &lstrides, &gemm, &flops, &release, &empty_sum, &status))
+                                     &lstrides, &gemm, &ttgt, &flops, &release, &empty_sum,
+                                     &status))
         return NULL;
     if (dtype < 0 || dtype > 3) {
         PyErr_SetString(PyExc_ValueError, "dtype must be 0..3");
         return NULL;
     }
-    if (kind == K_GEMM && g_gemm[dtype] == NULL) {
+    if (kind != K_LOOP && g_gemm[dtype] == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "no BLAS GEMM registered for this datatype");
         return NULL;
     }
@@ -581,7 +755,18 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->empty_d = 0;
     for (int l = 0; l < p->nout; ++l)
         if (p->ext[l] == 0) p->empty_d = 1;
-    if (kind == K_GEMM) {
+    if (kind == K_TTGT) {
+        PyObject *na, *nbk, *tst;
+        long long ba, bb, bt;
+        if (!PyArg_ParseTuple(ttgt, "OOOLLL", &na, &nbk, &tst, &ba, &bb, &bt) ||
+            read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
+            read_intps(tst, p->tst, MAXL, &n, "T strides"))
+            goto fail;
+        p->bytes_a = ba;
+        p->bytes_b = bb;
+        p->bytes_t = bt;
+    }
+    if (kind != K_LOOP) {
         PyObject *bext, *bsa, *bsb, *bsd;
         long long m, nn, k, lda, ldb, ldd;
         if (!PyArg_ParseTuple(gemm, "OOOOiiiLLLLLL", &bext, &bsa, &bsb, &bsd, &p->swap, &p->ta,

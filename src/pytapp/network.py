@@ -98,32 +98,44 @@ class Prepared:
 
 
 class CompiledChain:
-    """Every step of a network as a compiled program, for one layout and dtype of the inputs.
+    """A network's steps bound to their plans for one layout and dtype of the inputs.
 
-    Calling it runs the steps one after the other on fresh intermediates (so concurrent calls
-    never share a buffer) and returns the result, or ``None`` when some step's program does not
-    take its operands (nothing the caller owns was written: the general path then runs).
+    Each step runs as its compiled program when it has one (no Python between the checks and
+    the kernels), else through its plan's :meth:`~pytapp.TensorProduct.execute`. Intermediates
+    live in the chain's own buffers while one call runs; a concurrent call takes fresh ones.
+    Calling it returns the result, or ``None`` when a plan was destroyed meanwhile (nothing the
+    caller owns was written: the general path then runs).
     """
 
-    __slots__ = ("dtype", "items", "one")
+    __slots__ = ("_busy", "buffers", "dtype", "items", "one")
 
-    def __init__(self, items: list[tuple[Any, int, int, tuple[int, ...]]], dtype: np.dtype[Any],
-                 one: np.ndarray) -> None:
+    def __init__(self, items: list[tuple[Any, TensorProduct, int, int, tuple[int, ...]]],
+                 dtype: np.dtype[Any], one: np.ndarray, buffers: list[np.ndarray]) -> None:
         self.items = items
         self.dtype = dtype
         self.one = one
+        self.buffers = buffers
+        self._busy = threading.Lock()
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> np.ndarray | None:
         """Contract ``arrays`` (the layouts the chain was built for)."""
         slots = list(arrays)
-        d: np.ndarray | None = None
-        for program, a, b, shape in self.items:
-            d = np.empty(shape, self.dtype)
-            if program(1.0, slots[a], self.one if b < 0 else slots[b], 0.0, None,
-                       d) is NotImplemented:
-                return None
-            slots.append(d)
-        return d
+        shared = self._busy.acquire(blocking=False)
+        try:
+            last = len(self.items) - 1
+            d = self.one
+            for k, (program, plan, a, b, shape) in enumerate(self.items):
+                d = self.buffers[k] if shared and k < last else np.empty(shape, self.dtype)
+                x, y = slots[a], self.one if b < 0 else slots[b]
+                if program is None or program(1.0, x, y, 0.0, None, d) is NotImplemented:
+                    if plan.destroyed:
+                        return None
+                    plan.execute(1.0, x, y, 0.0, None, d)
+                slots.append(d)
+            return d
+        finally:
+            if shared:
+                self._busy.release()
 
 
 def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
@@ -428,27 +440,30 @@ class Network:
 
     def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
                        handle: Handle) -> CompiledChain | None:
-        """Return the network as compiled programs for these inputs' layouts, when every step
-        lowers (inputs used as they are, already of ``dt``); ``None`` otherwise."""
+        """Return the network bound to its plans for these inputs' layouts.
+
+        ``None`` unless the inputs are used as they are (no diagonal or dropped axis) and are
+        already of ``dt``.
+        """
         want = dt.numpy_dtype
         if any(p.drop or p.diagonal for p in self.prepared) or any(
                 a.dtype != want for a in arrays):
             return None
         slots = list(arrays)
-        items: list[tuple[Any, int, int, tuple[int, ...]]] = []
+        items: list[tuple[Any, TensorProduct, int, int, tuple[int, ...]]] = []
+        buffers: list[np.ndarray] = []
         for k, step in enumerate(self.steps):
             if step.out != len(slots):
                 return None
             d = np.empty(self._out_shapes[k], dtype=want)
             a = slots[step.a]
             b = _ONE[dt] if step.b is None else slots[step.b]
-            program = self._plan(k, handle, a, b, d).compiled_program
-            if program is None:
-                return None
-            items.append((program, step.a, -1 if step.b is None else step.b,
+            plan = self._plan(k, handle, a, b, d)
+            items.append((plan.compiled_program, plan, step.a, -1 if step.b is None else step.b,
                           self._out_shapes[k]))
+            buffers.append(d)
             slots.append(d)
-        return CompiledChain(items, want, _ONE[dt])
+        return CompiledChain(items, want, _ONE[dt], buffers)
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""

@@ -109,7 +109,10 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     layout_key: tuple[Any, ...] | None = None
     if out is None and type(subscripts) is str and all(type(x) is np.ndarray
                                                         for x in operands):
-        layout_key = (subscripts, optimize, memory_limit, backend, dtype,
+        opt = optimize
+        if type(opt) is list:  # an explicit path, the usual way to reuse one: a key too
+            opt = tuple(tuple(s) if type(s) is list else s for s in opt)
+        layout_key = (subscripts, opt, memory_limit, backend, dtype,
                       *[(x.shape, x.strides, x.dtype.num) for x in operands])
         try:
             chain = _chains.get(layout_key)
@@ -119,7 +122,7 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
             found = chain(operands)
             if found is not None:
                 return found[()] if found.ndim == 0 else found
-        thin_key = (subscripts, optimize, memory_limit, backend, dtype,
+        thin_key = (subscripts, opt, memory_limit, backend, dtype,
                     *(x.shape for x in operands))
         cached = None if layout_key is None else _thin.get(thin_key)
         if cached is not None:

@@ -106,10 +106,11 @@ def compile_lowered(prog: Lowered, status: Any) -> Any:
     """Return the executor's program for ``prog``; ``status`` is copied for every run."""
     assert _cexec is not None  # callers check available()
     gemm = prog.gemm.as_tuple() if prog.gemm is not None else None
+    ttgt = prog.pack.as_tuple() if prog.pack is not None else None
     return _cexec.Program(
         type_num=prog.datatype.numpy_dtype.num, dtype=prog.dtype, kind=int(prog.kind),
         shapes=prog.shapes, strides=prog.strides, footprints=prog.footprints, conj=prog.conj,
-        nout=prog.nout, extents=prog.extents, label_strides=prog.label_strides, gemm=gemm,
+        nout=prog.nout, extents=prog.extents, label_strides=prog.label_strides, gemm=gemm, ttgt=ttgt,
         flops=float(prog.flops), release_gil_flops=float(RELEASE_GIL_FLOPS),
         empty_sum=prog.empty_sum, status=status)
 
@@ -126,6 +127,6 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     if prog is None:
         return None
     status.algorithm += prog.description
-    if prog.kind is Step.GEMM and not blas_available():
+    if prog.kind is not Step.LOOP and not blas_available():
         return None
     return compile_lowered(prog, status)
