@@ -35,7 +35,7 @@ from pytapp.datatypes import (
 )
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle
-from pytapp.network import CompiledChain, Network, PathInfo
+from pytapp.network import Network, PathInfo
 from pytapp.operands import to_ndarray
 
 __all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call",
@@ -188,7 +188,7 @@ class EinsumExpression:
         self.choices: dict[Datatype, str] = {}
         self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
         #: Input (dtype, strides) -> the network as compiled programs (False: it does not lower).
-        self._chains: dict[tuple[Any, ...], CompiledChain | bool] = {}
+        self._chains: dict[tuple[Any, ...], Any] = {}
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -261,12 +261,11 @@ class EinsumExpression:
                 self._chains.clear()
             self._chains[key] = self.network.compiled_chain(arrays, dt, handle) or False
 
-    def chain_for(self, arrays: Sequence[Any]) -> CompiledChain | None:
-        """The network compiled for these arrays' layouts, once a call on them has built it."""
+    def chain_for(self, arrays: Sequence[Any]) -> Any:
+        """Return the network compiled for these arrays' layouts, once a call built it."""
         if not all(type(a) is np.ndarray for a in arrays):
             return None
-        chain = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
-        return chain if isinstance(chain, CompiledChain) else None
+        return self._chains.get(tuple((a.dtype, a.strides) for a in arrays)) or None
 
     def _fast_numpy(self, arrays: Sequence[np.ndarray]) -> Any:
         """Return the thin path of a repeated call on NumPy arrays of the compiled shapes.
@@ -280,8 +279,7 @@ class EinsumExpression:
             return None
         chain = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
         if chain:
-            assert isinstance(chain, CompiledChain)
-            found = chain(arrays)
+            found = chain(*arrays)
             if found is not None:
                 return found[()] if found.ndim == 0 else found
         key = tuple(a.dtype for a in arrays)

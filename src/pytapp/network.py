@@ -32,6 +32,8 @@ from pytapp.analysis.subscripts import Equation
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 from pytapp.handle import Handle
+from pytapp.kernels.program import available as program_executor_built
+from pytapp.kernels.program import compile_chain
 from pytapp.operands import BoundProduct
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
@@ -95,47 +97,6 @@ class Prepared:
             strides.append(sum(view.strides[i] for i in axes))
         return np.lib.stride_tricks.as_strided(view, tuple(shape), tuple(strides),
                                                writeable=False)
-
-
-class CompiledChain:
-    """A network's steps bound to their plans for one layout and dtype of the inputs.
-
-    Each step runs as its compiled program when it has one (no Python between the checks and
-    the kernels), else through its plan's :meth:`~pytapp.TensorProduct.execute`. Intermediates
-    live in the chain's own buffers while one call runs; a concurrent call takes fresh ones.
-    Calling it returns the result, or ``None`` when a plan was destroyed meanwhile (nothing the
-    caller owns was written: the general path then runs).
-    """
-
-    __slots__ = ("_busy", "buffers", "dtype", "items", "one")
-
-    def __init__(self, items: list[tuple[Any, TensorProduct, int, int, tuple[int, ...]]],
-                 dtype: np.dtype[Any], one: np.ndarray, buffers: list[np.ndarray]) -> None:
-        self.items = items
-        self.dtype = dtype
-        self.one = one
-        self.buffers = buffers
-        self._busy = threading.Lock()
-
-    def __call__(self, arrays: Sequence[np.ndarray]) -> np.ndarray | None:
-        """Contract ``arrays`` (the layouts the chain was built for)."""
-        slots = list(arrays)
-        shared = self._busy.acquire(blocking=False)
-        try:
-            last = len(self.items) - 1
-            d = self.one
-            for k, (program, plan, a, b, shape) in enumerate(self.items):
-                d = self.buffers[k] if shared and k < last else np.empty(shape, self.dtype)
-                x, y = slots[a], self.one if b < 0 else slots[b]
-                if program is None or program(1.0, x, y, 0.0, None, d) is NotImplemented:
-                    if plan.destroyed:
-                        return None
-                    plan.execute(1.0, x, y, 0.0, None, d)
-                slots.append(d)
-            return d
-        finally:
-            if shared:
-                self._busy.release()
 
 
 def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
@@ -439,31 +400,35 @@ class Network:
         return result
 
     def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
-                       handle: Handle) -> CompiledChain | None:
-        """Return the network bound to its plans for these inputs' layouts.
+                       handle: Handle) -> Any:
+        """Return the network bound to its plans for these inputs' layouts, or ``None``.
 
-        ``None`` unless the inputs are used as they are (no diagonal or dropped axis) and are
-        already of ``dt``.
+        A compiled chain (``pytapp._cexec.Chain``): called with the operands, it runs every
+        step as its plan's compiled program when it has one, else through the plan's
+        :meth:`~pytapp.TensorProduct.execute`, and returns the result (``None`` when a cache
+        destroyed a plan meanwhile). ``None`` unless the compiled executor is built, the inputs
+        are used as they are (no diagonal or dropped axis) and are already of ``dt``.
         """
         want = dt.numpy_dtype
-        if any(p.drop or p.diagonal for p in self.prepared) or any(
+        if not program_executor_built() or any(p.drop or p.diagonal for p in self.prepared) or any(
                 a.dtype != want for a in arrays):
             return None
         slots = list(arrays)
-        items: list[tuple[Any, TensorProduct, int, int, tuple[int, ...]]] = []
+        plans: list[TensorProduct] = []
         buffers: list[np.ndarray] = []
         for k, step in enumerate(self.steps):
             if step.out != len(slots):
                 return None
             d = np.empty(self._out_shapes[k], dtype=want)
-            a = slots[step.a]
             b = _ONE[dt] if step.b is None else slots[step.b]
-            plan = self._plan(k, handle, a, b, d)
-            items.append((plan.compiled_program, plan, step.a, -1 if step.b is None else step.b,
-                          self._out_shapes[k]))
+            plans.append(self._plan(k, handle, slots[step.a], b, d))
             buffers.append(d)
             slots.append(d)
-        return CompiledChain(items, want, _ONE[dt], buffers)
+        return compile_chain(
+            ninputs=len(arrays), a=[st.a for st in self.steps],
+            b=[-1 if st.b is None else st.b for st in self.steps], shapes=self._out_shapes,
+            type_num=want.num, programs=tuple(p.compiled_program for p in plans),
+            plans=tuple(plans), buffers=tuple(buffers), one=_ONE[dt])
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""

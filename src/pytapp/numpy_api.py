@@ -34,7 +34,7 @@ from pytapp.expression import (
     result_datatype,
     to_numpy,
 )
-from pytapp.network import CompiledChain, PathInfo
+from pytapp.network import PathInfo
 from pytapp.typing import ArrayLike, BackendName
 
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
@@ -43,7 +43,7 @@ __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose
 THIN_CACHE_SIZE = 256
 _thin: dict[Any, EinsumExpression] = {}
 #: Raw arguments with the operands' layouts -> the network as compiled programs.
-_chains: dict[Any, CompiledChain] = {}
+_chains: dict[Any, Any] = {}
 _thin_lock = threading.Lock()
 
 
@@ -119,7 +119,7 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
         except TypeError:  # an unhashable optimizer: the general path, never remembered
             chain = layout_key = None
         if chain is not None:  # the whole network as compiled programs for these layouts
-            found = chain(operands)
+            found = chain(*operands)
             if found is not None:
                 return found[()] if found.ndim == 0 else found
         thin_key = (subscripts, opt, memory_limit, backend, dtype,

@@ -89,7 +89,7 @@ class GemmStep:
     ld_d: int
 
     def as_tuple(self) -> tuple[object, ...]:
-        """The executor's argument tuple."""
+        """Return the executor's argument tuple."""
         return (self.batch_extents, self.batch_a, self.batch_b, self.batch_d, int(self.swap),
                 self.trans_left, self.trans_right, self.m, self.n, self.k, self.ld_left,
                 self.ld_right, self.ld_d)
@@ -97,8 +97,10 @@ class GemmStep:
 
 @dataclass(frozen=True)
 class PackStep:
-    """TTGT's packing: A as ``[H][M][K]``, B as ``[H][K][N]`` (isolated labels summed), the
-    GEMMs' result T as ``[H][M][N]``; each nest is (output count, extents, source byte strides).
+    """TTGT's packing: A as ``[H][M][K]``, B as ``[H][K][N]``, the GEMMs' result T as ``[H][M][N]``.
+
+    Isolated labels are summed while packing; each nest is (output count, extents, source byte
+    strides).
 
     ``bytes_a``/``bytes_b`` are 0 when the operand already lies that way (used in place);
     ``t_strides`` are T's byte strides per loop label of D (0 for broadcast labels).
@@ -112,7 +114,7 @@ class PackStep:
     bytes_t: int
 
     def as_tuple(self) -> tuple[object, ...]:
-        """The executor's argument tuple."""
+        """Return the executor's argument tuple."""
         return (self.nest_a, self.nest_b, self.t_strides, self.bytes_a, self.bytes_b,
                 self.bytes_t)
 
@@ -143,7 +145,7 @@ class Lowered:
 
 
 def _uniform(spec: ContractionSpec) -> Datatype | None:
-    """The one datatype of every operand when the executor computes in it, else ``None``."""
+    """Return the datatype of every operand when the executor computes in it, else ``None``."""
     dt = spec.a.datatype
     if dt not in _CODES or any(op.datatype is not dt for op in spec.operands):
         return None
@@ -229,7 +231,7 @@ def _contiguous(extents: Sequence[int], item: int) -> tuple[int, ...]:
 
 def _nest(op: OperandSpec, kept: Sequence[Label], summed: Sequence[Label], spec: ContractionSpec,
           item: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], bool]:
-    """A packing nest over ``kept`` then ``summed`` labels; whether it is needed (a copy)."""
+    """Return a packing nest over ``kept`` then ``summed`` labels, and whether it copies."""
     strides = dict(zip(op.modes.labels, op.modes.strides, strict=True))
     ext = tuple(spec.extent(x) for x in (*kept, *summed))
     src = tuple(strides[x] * item for x in (*kept, *summed))
@@ -318,5 +320,6 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
         nout=len(out),
         extents=tuple(spec.extent(x) for x in labels),
         label_strides=tuple(tuple(s.get(x, 0) * item for x in labels) for s in by_label),
-        gemm=gemm_step, pack=pack, flops=spec.flops, empty_sum=spec.empty_sum, description=description,
+        gemm=gemm_step, pack=pack, flops=spec.flops, empty_sum=spec.empty_sum,
+        description=description,
     )
