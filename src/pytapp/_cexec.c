@@ -112,7 +112,7 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         }
         out->re = (double)v;
         out->im = 0.0;
-    } else if (PyComplex_CheckExact(o)) {
+    } else if (PyComplex_Check(o)) {
         out->re = PyComplex_RealAsDouble(o);
         out->im = PyComplex_ImagAsDouble(o);
     } else {

@@ -128,7 +128,8 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     """Lower and compile ``spec``, or ``None`` when the executor does not cover it.
 
     ``status`` is the Status template every run returns a copy of (its ``seconds`` set);
-    the program's description is appended to its ``algorithm``.
+    the program's description is appended to its ``algorithm``, and its scratch (TTGT's
+    packed operands and temporary) set as its bytes copied and allocated.
     """
     if not available():
         return None
@@ -136,6 +137,9 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     if prog is None:
         return None
     status.algorithm += prog.description
+    if prog.pack is not None:  # TTGT's scratch: the packed operands and the GEMMs' result
+        status.bytes_copied = prog.pack.bytes_a + prog.pack.bytes_b
+        status.bytes_allocated = status.bytes_copied + prog.pack.bytes_t
     if prog.kind is not Step.LOOP and not blas_available():
         return None
     return compile_lowered(prog, status)
