@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import bisect
+import cmath
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -190,6 +191,14 @@ def bind_array(
     )
 
 
+def _finite(value: Any) -> bool:
+    """Whether a number is finite; Python ints of any size are (NumPy sees them as objects)."""
+    try:
+        return cmath.isfinite(complex(value))
+    except OverflowError:  # an int beyond float64: finite, and too large for any datatype
+        return True
+
+
 #: Datatypes that hold any finite Python float: the conversion cannot overflow.
 _WIDE_REAL_OK = frozenset({Datatype.F64, Datatype.C64})
 
@@ -211,7 +220,8 @@ def convert_scalar(value: Any, datatype: Datatype, name: str) -> Any:
             pass
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value[()]
-    if isinstance(value, bool) or not isinstance(value, (int, float, complex, np.number)):
+    if isinstance(value, (bool, np.timedelta64)) or not isinstance(
+            value, (int, float, complex, np.number)):
         raise error_for(
             ErrorCode.SCALAR_NOT_REPRESENTABLE,
             f"{name}={value!r} is not a number; pass an int, float or complex",
@@ -234,7 +244,7 @@ def convert_scalar(value: Any, datatype: Datatype, name: str) -> Any:
                 ErrorCode.SCALAR_NOT_REPRESENTABLE,
                 f"{name}={value!r} does not fit in {datatype.name}",
             ) from exc
-    if np.all(np.isfinite(np.asarray(value))) and not np.all(np.isfinite(np.asarray(out))):
+    if _finite(value) and not np.all(np.isfinite(np.asarray(out))):
         raise error_for(
             ErrorCode.SCALAR_NOT_REPRESENTABLE,
             f"{name}={value!r} overflows D's datatype {datatype.name}; scale the data instead",
@@ -299,7 +309,7 @@ class Binder:
             return self._scalars[key]
         except KeyError:
             remember = True
-        except TypeError:  # unhashable (a 0-d array, say): converted every time
+        except (TypeError, ValueError):  # unhashable (a 0-d array, a generic timedelta64)
             remember = False
         out = convert_scalar(value, self._d_type, name)
         # Not remembered: NaN (never equal to itself) and zeros (0.0 and -0.0 are one key).

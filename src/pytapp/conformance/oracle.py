@@ -116,7 +116,7 @@ def expected_result(inst: Instance, item: Operands) -> Expected:
     beta = _wide(np.array(inst.beta).astype(dts["D"].numpy_dtype))[()]
     extents = _label_extents(inst, item)
     summed = [e for x, e in extents.items() if x not in ld]
-    if 0 in summed:  # an empty sum is +0 and the alpha term vanishes (SPEC section 1)
+    if 0 in summed or alpha == 0:  # the alpha term vanishes, NaN in A or B too (SPEC 1)
         value = np.zeros(d_view.shape, dtype=np.complex128)
         bound = np.zeros(d_view.shape)
     else:
