@@ -239,6 +239,16 @@ def _nest(op: OperandSpec, kept: Sequence[Label], summed: Sequence[Label], spec:
     return (len(kept), ext, src), not in_place
 
 
+def _gemm_sized(spec: ContractionSpec) -> bool:
+    """Whether TTGT's GEMMs are worth their calls: each has at least GEMM_MIN_MADDS.
+
+    Hadamard-heavy products (many tiny GEMMs) and reductions stay with the backend's
+    elementwise and reduce kernels.
+    """
+    cls = spec.classes
+    return spec.size(cls.FA) * spec.size(cls.FB) * spec.size(cls.P) >= GEMM_MIN_MADDS
+
+
 def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmStep, PackStep]:
     """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards."""
     cls = spec.classes
@@ -301,7 +311,7 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     elif madds <= LOOP_MAX_MADDS:
         kind, gemm_step = Step.LOOP, None
         description = f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds)"
-    elif gemm and spec.flops <= TTGT_MAX_FLOPS:
+    elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
         kind = Step.TTGT
         gemm_step, pack = _ttgt(spec, out, item)
         packed = [r for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
