@@ -19,7 +19,9 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples
 	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
+	@# -S: the editable install's import hook hides src/ from import-linter's module scan
+	PYTHONPATH=src:$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+		$(PY) -S -c 'import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())' 
 
 test: lint
 	$(PY) -m pytest -q
@@ -31,4 +33,4 @@ bench: $(STAMP)
 	$(PY) -m pytapp bench --suite targets --json docs/targets.json --plot docs/targets.png --markdown docs/targets.md
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

@@ -21,13 +21,14 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define MAXL 32 /* most merged labels a program loops over */
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_C64 = 2, DT_C128 = 3 };
-enum { K_LOOP = 0, K_GEMM = 1 };
+enum { K_LOOP = 0, K_GEMM = 1, K_TTGT = 2 };
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, CONJ_TRANS = 113 };
 
 /* CBLAS GEMM signatures, ILP64 (int64 dimensions) or LP64 (int). */
@@ -50,6 +51,13 @@ static int g_ilp64 = 1;
 typedef struct {
     double re, im;
 } cval; /* a scalar in the compute type, widened */
+
+/* A loop nest over labels: extents and up to four byte strides per label. */
+typedef struct {
+    int nl, nout;
+    npy_intp ext[MAXL];
+    npy_intp st[4][MAXL];
+} Nest;
 
 typedef struct {
     PyObject_HEAD int type_num;
@@ -75,6 +83,12 @@ typedef struct {
     npy_intp bst[3][MAXL]; /* A, B, D byte strides of the batch labels */
     int swap, ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
+    /* TTGT: pack A as [H][M][K] and B as [H][K][N] (summing isolated labels, applying op),
+     * GEMMs into T [H][M][N], then D = op_D(alpha T + beta op_C(C)) over D's labels, with
+     * T's strides (0 for broadcast labels) in tst. */
+    Nest pack_a, pack_b;
+    npy_intp tst[MAXL];
+    npy_intp bytes_a, bytes_b, bytes_t;
     double release_gil_flops;
     double flops;
     PyObject *status_type;
@@ -98,7 +112,7 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         }
         out->re = (double)v;
         out->im = 0.0;
-    } else if (PyComplex_CheckExact(o)) {
+    } else if (PyComplex_Check(o)) {
         out->re = PyComplex_RealAsDouble(o);
         out->im = PyComplex_ImagAsDouble(o);
     } else {
@@ -269,6 +283,120 @@ REAL_KERNELS(f64, double)
 COMPLEX_KERNELS(c64, float)
 COMPLEX_KERNELS(c128, double)
 
+
+/* dst (contiguous, in the nest's output order) = sum over its summed labels of op(src). */
+#define PACK_KERNEL(NAME, T, CPLX)                                                              \
+    static void pack_##NAME(const Nest *n, const char *src, char *dst, int conj) {              \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const int nl = n->nl, nout = n->nout;                                                   \
+        T *out = (T *)dst;                                                                      \
+        const T sgn = conj ? (T)-1 : (T)1;                                                      \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            T accr = 0, acci = 0;                                                               \
+            if (nl > nout) {                                                                    \
+                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp q[1] = {o[0]};                                                         \
+                int inner_done = 0;                                                             \
+                while (!inner_done) {                                                           \
+                    const T *x = (const T *)(src + q[0]);                                       \
+                    accr += x[0];                                                               \
+                    if (CPLX) acci += x[1];                                                     \
+                    ODOMETER_STEP(n, jdx, nout, nl, q, 1, inner_done);                          \
+                }                                                                               \
+            } else {                                                                            \
+                const T *x = (const T *)(src + o[0]);                                           \
+                accr = x[0];                                                                    \
+                if (CPLX) acci = x[1];                                                          \
+            }                                                                                   \
+            if (CPLX) {                                                                         \
+                out[0] = accr;                                                                  \
+                out[1] = sgn * acci;                                                            \
+                out += 2;                                                                       \
+            } else {                                                                            \
+                *out++ = accr;                                                                  \
+            }                                                                                   \
+            ODOMETER_STEP(n, idx, 0, nout, o, 1, done);                                         \
+        }                                                                                       \
+    }
+
+PACK_KERNEL(f32, float, 0)
+PACK_KERNEL(f64, double, 0)
+PACK_KERNEL(c64, float, 1)
+PACK_KERNEL(c128, double, 1)
+
+/* D = op_D(alpha T + beta op_C(C)) over D's labels (st[2] C, st[3] D, tst T). */
+#define STORE_KERNEL(NAME, T, CPLX)                                                             \
+    static void store_##NAME(const Program *p, cval al, cval be, const char *Tm, const char *C, \
+                             char *D) {                                                         \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
+        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        npy_intp ot = 0;                                                                        \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            const T *t = (const T *)(Tm + ot);                                                  \
+            T *d = (T *)(D + o[3]);                                                             \
+            if (CPLX) {                                                                         \
+                T rr = CMUL_RE(ar, ai, t[0], t[1]), ri = CMUL_IM(ar, ai, t[0], t[1]);           \
+                if (C) {                                                                        \
+                    const T *c = (const T *)(C + o[2]);                                         \
+                    const T cr = c[0], ci = sc * c[1];                                          \
+                    rr += CMUL_RE(br, bi, cr, ci);                                              \
+                    ri += CMUL_IM(br, bi, cr, ci);                                              \
+                }                                                                               \
+                d[0] = rr;                                                                      \
+                d[1] = sd * ri;                                                                 \
+            } else {                                                                            \
+                T r = ar * t[0];                                                                \
+                if (C) r += br * *(const T *)(C + o[2]);                                        \
+                d[0] = r;                                                                       \
+            }                                                                                   \
+            {                                                                                   \
+                int _l = p->nout - 1;                                                           \
+                for (; _l >= 0; --_l) {                                                         \
+                    if (++idx[_l] < p->ext[_l]) {                                               \
+                        o[2] += p->st[2][_l];                                                   \
+                        o[3] += p->st[3][_l];                                                   \
+                        ot += p->tst[_l];                                                       \
+                        break;                                                                  \
+                    }                                                                           \
+                    idx[_l] = 0;                                                                \
+                    o[2] -= (p->ext[_l] - 1) * p->st[2][_l];                                    \
+                    o[3] -= (p->ext[_l] - 1) * p->st[3][_l];                                    \
+                    ot -= (p->ext[_l] - 1) * p->tst[_l];                                        \
+                }                                                                               \
+                done = _l < 0;                                                                  \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+STORE_KERNEL(f32, float, 0)
+STORE_KERNEL(f64, double, 0)
+STORE_KERNEL(c64, float, 1)
+STORE_KERNEL(c128, double, 1)
+
+static void run_pack(const Program *p, const Nest *n, const char *src, char *dst, int conj) {
+    switch (p->dtype) {
+        case DT_F32: pack_f32(n, src, dst, conj); break;
+        case DT_F64: pack_f64(n, src, dst, conj); break;
+        case DT_C64: pack_c64(n, src, dst, conj); break;
+        default: pack_c128(n, src, dst, conj); break;
+    }
+}
+
+static void run_store(const Program *p, cval al, cval be, const char *T, const char *C,
+                      char *D) {
+    switch (p->dtype) {
+        case DT_F32: store_f32(p, al, be, T, C, D); break;
+        case DT_F64: store_f64(p, al, be, T, C, D); break;
+        case DT_C64: store_c64(p, al, be, T, C, D); break;
+        default: store_c128(p, al, be, T, C, D); break;
+    }
+}
+
 static void run_loop(const Program *p, cval al, cval be, const char *A, const char *B,
                      const char *C, char *D) {
     switch (p->dtype) {
@@ -373,6 +501,35 @@ static void run_gemm(const Program *p, cval al, cval be, const char *A, const ch
     }
 }
 
+
+static void *scratch(npy_intp bytes) {
+    size_t size = ((size_t)(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
+    return aligned_alloc(64, size);
+}
+
+/* Packs, GEMMs into the scratch T, then the store into D; 1 when memory ran out. */
+static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
+                    const char *C, char *D) {
+    char *pa = p->bytes_a ? scratch(p->bytes_a) : NULL;
+    char *pb = p->bytes_b ? scratch(p->bytes_b) : NULL;
+    char *t = scratch(p->bytes_t);
+    if ((p->bytes_a && !pa) || (p->bytes_b && !pb) || !t) {
+        free(pa);
+        free(pb);
+        free(t);
+        return 1;
+    }
+    if (pa) run_pack(p, &p->pack_a, A, pa, p->conj[0]);
+    if (pb) run_pack(p, &p->pack_b, B, pb, p->conj[1]);
+    cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    run_gemm(p, one, zero, pa ? pa : A, pb ? pb : B, t);
+    run_store(p, al, be, t, C, D);
+    free(pa);
+    free(pb);
+    free(t);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ operand checks */
 
 /* The operand as the program needs it, or NULL (no error set) when the general path must bind
@@ -422,6 +579,65 @@ static double now(void) {
 
 /* ------------------------------------------------------------------ Program */
 
+/* Check the operands against the program and run it: 0 done, 1 not covered (nothing was
+ * written; the caller binds them in Python), -1 a Python error is set. */
+static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b_o,
+                       PyObject *beta_o, PyObject *c_o, PyObject *d_o) {
+    cval al, be;
+    if (to_scalar(alpha_o, p->dtype, &al) || to_scalar(beta_o, p->dtype, &be)) return 1;
+    int beta_zero = be.re == 0.0 && be.im == 0.0;
+    PyArrayObject *a = check_operand(p, a_o, 0, 0);
+    PyArrayObject *b = a ? check_operand(p, b_o, 1, 0) : NULL;
+    PyArrayObject *d = b ? check_operand(p, d_o, 3, 1) : NULL;
+    if (!d) return 1;
+    PyArrayObject *c = NULL;
+    if (c_o != Py_None) {
+        c = check_operand(p, c_o, 2, 0);
+        if (!c) return 1;
+    } else if (!beta_zero) {
+        return 1; /* error 12 */
+    }
+    if (beta_zero) c = NULL;
+    /* Inputs that share memory with D need copies first: the general path makes them. C is
+     * fine when it is D with D's exact layout (read element by element before each write). */
+    if (overlaps(p, a, 0, d, 3) || overlaps(p, b, 1, d, 3)) return 1;
+    int c_is_d = 0;
+    if (c && overlaps(p, c, 2, d, 3)) {
+        if (PyArray_BYTES(c) != PyArray_BYTES(d)) return 1;
+        for (int l = 0; l < p->nout; ++l)
+            if (p->st[2][l] != p->st[3][l] && p->ext[l] > 1) return 1;
+        c_is_d = 1;
+    }
+    if (p->empty_d) return 0;
+    const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
+    const char *pc = c ? PyArray_BYTES(c) : NULL;
+    char *pd = PyArray_BYTES(d);
+    int zero_alpha = p->empty_sum || (al.re == 0.0 && al.im == 0.0);
+    int release = p->flops >= p->release_gil_flops;
+    int status = 0;
+    PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+    if (zero_alpha) { /* SPEC 1: A and B are not read */
+        run_scale(p, be, pc, pd);
+        if (p->conj[3]) run_conj(p, pd);
+    } else if (p->kind == K_LOOP) {
+        run_loop(p, al, be, pa, pb, pc, pd);
+    } else if (p->kind == K_TTGT) {
+        status = run_ttgt(p, al, be, pa, pb, pc, pd); /* 1: no scratch memory, D untouched */
+    } else {
+        cval gbeta = {0.0, 0.0};
+        if (pc && c_is_d && !p->conj[2]) {
+            gbeta = be;
+        } else if (pc) {
+            run_scale(p, be, pc, pd);
+            gbeta.re = 1.0;
+        }
+        run_gemm(p, al, gbeta, pa, pb, pd);
+        if (p->conj[3]) run_conj(p, pd);
+    }
+    if (release) PyEval_RestoreThread(ts);
+    return status;
+}
+
 static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t nargsf,
                               PyObject *kwnames) {
     Program *p = (Program *)self_obj;
@@ -432,58 +648,9 @@ static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t 
         return NULL;
     }
     double t0 = now();
-    PyObject *alpha_o = args[0], *beta_o = args[3], *c_o = args[4];
-    cval al, be;
-    if (to_scalar(alpha_o, p->dtype, &al) || to_scalar(beta_o, p->dtype, &be))
-        Py_RETURN_NOTIMPLEMENTED;
-    int beta_zero = be.re == 0.0 && be.im == 0.0;
-    PyArrayObject *a = check_operand(p, args[1], 0, 0);
-    PyArrayObject *b = a ? check_operand(p, args[2], 1, 0) : NULL;
-    PyArrayObject *d = b ? check_operand(p, args[5], 3, 1) : NULL;
-    if (!d) Py_RETURN_NOTIMPLEMENTED;
-    PyArrayObject *c = NULL;
-    if (c_o != Py_None) {
-        c = check_operand(p, c_o, 2, 0);
-        if (!c) Py_RETURN_NOTIMPLEMENTED;
-    } else if (!beta_zero) {
-        Py_RETURN_NOTIMPLEMENTED; /* error 12 */
-    }
-    if (beta_zero) c = NULL;
-    /* Inputs that share memory with D need copies first: the general path makes them. C is
-     * fine when it is D with D's exact layout (read element by element before each write). */
-    if (overlaps(p, a, 0, d, 3) || overlaps(p, b, 1, d, 3)) Py_RETURN_NOTIMPLEMENTED;
-    int c_is_d = 0;
-    if (c && overlaps(p, c, 2, d, 3)) {
-        if (PyArray_BYTES(c) != PyArray_BYTES(d)) Py_RETURN_NOTIMPLEMENTED;
-        for (int l = 0; l < p->nout; ++l)
-            if (p->st[2][l] != p->st[3][l] && p->ext[l] > 1) Py_RETURN_NOTIMPLEMENTED;
-        c_is_d = 1;
-    }
-    if (!p->empty_d) {
-        const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
-        const char *pc = c ? PyArray_BYTES(c) : NULL;
-        char *pd = PyArray_BYTES(d);
-        int zero_alpha = p->empty_sum || (al.re == 0.0 && al.im == 0.0);
-        int release = p->flops >= p->release_gil_flops;
-        PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
-        if (zero_alpha) { /* SPEC 1: A and B are not read */
-            run_scale(p, be, pc, pd);
-            if (p->conj[3]) run_conj(p, pd);
-        } else if (p->kind == K_LOOP) {
-            run_loop(p, al, be, pa, pb, pc, pd);
-        } else {
-            cval gbeta = {0.0, 0.0};
-            if (pc && c_is_d && !p->conj[2]) {
-                gbeta = be;
-            } else if (pc) {
-                run_scale(p, be, pc, pd);
-                gbeta.re = 1.0;
-            }
-            run_gemm(p, al, gbeta, pa, pb, pd);
-            if (p->conj[3]) run_conj(p, pd);
-        }
-        if (release) PyEval_RestoreThread(ts);
-    }
+    int r = program_run(p, args[0], args[1], args[2], args[3], args[4], args[5]);
+    if (r < 0) return NULL;
+    if (r > 0) Py_RETURN_NOTIMPLEMENTED;
     /* The Status: a copy of the template's attributes, with this run's time. */
     PyTypeObject *tp = (PyTypeObject *)p->status_type;
     PyObject *st = tp->tp_alloc(tp, 0);
@@ -527,22 +694,34 @@ static int read_intps(PyObject *seq, npy_intp *out, int max, int *count, const c
     return 0;
 }
 
+/* (nout, extents, source byte strides) of a packing nest; the destination is contiguous. */
+static int read_nest(PyObject *t, Nest *n) {
+    PyObject *ext, *src;
+    if (!PyArg_ParseTuple(t, "iOO", &n->nout, &ext, &src)) return -1;
+    int count;
+    if (read_intps(ext, n->ext, MAXL, &n->nl, "nest extents") ||
+        read_intps(src, n->st[0], MAXL, &count, "nest strides"))
+        return -1;
+    return 0;
+}
+
 static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"type_num", "dtype", "kind", "shapes", "strides", "footprints",
-                             "conj", "nout", "extents", "label_strides", "gemm", "flops",
+                             "conj", "nout", "extents", "label_strides", "gemm", "ttgt", "flops",
                              "release_gil_flops", "empty_sum", "status", NULL};
     int type_num, dtype, kind, nout, empty_sum;
     double flops, release;
-    PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *status;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOddpO", kwlist, &type_num, &dtype,
+    PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *ttgt, *status;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpO", kwlist, &type_num, &dtype,
                                      &kind, &shapes, &strides, &foots, &conj, &nout, &extents,
-                                     &lstrides, &gemm, &flops, &release, &empty_sum, &status))
+                                     &lstrides, &gemm, &ttgt, &flops, &release, &empty_sum,
+                                     &status))
         return NULL;
     if (dtype < 0 || dtype > 3) {
         PyErr_SetString(PyExc_ValueError, "dtype must be 0..3");
         return NULL;
     }
-    if (kind == K_GEMM && g_gemm[dtype] == NULL) {
+    if (kind != K_LOOP && g_gemm[dtype] == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "no BLAS GEMM registered for this datatype");
         return NULL;
     }
@@ -581,7 +760,18 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->empty_d = 0;
     for (int l = 0; l < p->nout; ++l)
         if (p->ext[l] == 0) p->empty_d = 1;
-    if (kind == K_GEMM) {
+    if (kind == K_TTGT) {
+        PyObject *na, *nbk, *tst;
+        long long ba, bb, bt;
+        if (!PyArg_ParseTuple(ttgt, "OOOLLL", &na, &nbk, &tst, &ba, &bb, &bt) ||
+            read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
+            read_intps(tst, p->tst, MAXL, &n, "T strides"))
+            goto fail;
+        p->bytes_a = ba;
+        p->bytes_b = bb;
+        p->bytes_t = bt;
+    }
+    if (kind != K_LOOP) {
         PyObject *bext, *bsa, *bsb, *bsd;
         long long m, nn, k, lda, ldb, ldd;
         if (!PyArg_ParseTuple(gemm, "OOOOiiiLLLLLL", &bext, &bsa, &bsb, &bsd, &p->swap, &p->ta,
@@ -629,6 +819,193 @@ static PyTypeObject ProgramType = {
     .tp_vectorcall_offset = offsetof(Program, vcall),
 };
 
+
+/* ------------------------------------------------------------------ Chain */
+
+/* A network's pairwise steps for one layout of its inputs: step k reads slots a[k] and b[k]
+ * (-1: the scalar one) and writes slot ninputs + k. Each step runs its Program when it has one
+ * and the Program takes the operands; otherwise the step's plan.execute runs it in Python.
+ * Intermediates live in the chain's buffers unless another call is using them. */
+typedef struct {
+    PyObject_HEAD int nsteps, ninputs, type_num;
+    int *a, *b, *ndim;
+    npy_intp (*shape)[MAXL];
+    PyObject *programs; /* tuple: Program or None per step */
+    PyObject *plans;    /* tuple: the step's TensorProduct */
+    PyObject *buffers;  /* tuple: an ndarray per step (the last is unused) */
+    PyObject *one;      /* 0-d array holding one */
+    int busy;
+    vectorcallfunc vcall;
+} Chain;
+
+static PyObject *g_one = NULL, *g_zero = NULL, *g_execute = NULL, *g_destroyed = NULL;
+
+static PyObject *Chain_call(PyObject *self_obj, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames) {
+    Chain *ch = (Chain *)self_obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != ch->ninputs || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_Format(PyExc_TypeError, "this chain takes %d operands positionally",
+                     ch->ninputs);
+        return NULL;
+    }
+    int shared = !ch->busy;
+    if (shared) ch->busy = 1;
+    PyObject *local[64];
+    PyObject **slots = ch->ninputs + ch->nsteps <= 64
+                           ? local
+                           : PyMem_Malloc(sizeof(PyObject *) * (ch->ninputs + ch->nsteps));
+    PyObject *result = NULL;
+    int made = 0; /* intermediates owned by slots[ninputs .. ninputs + made) */
+    if (!slots) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < ch->ninputs; ++i) slots[i] = args[i];
+    for (int k = 0; k < ch->nsteps; ++k) {
+        int last = k == ch->nsteps - 1;
+        PyObject *d;
+        if (shared && !last) {
+            d = PyTuple_GET_ITEM(ch->buffers, k);
+            Py_INCREF(d);
+        } else {
+            d = PyArray_EMPTY(ch->ndim[k], ch->shape[k], ch->type_num, 0);
+            if (!d) goto done;
+        }
+        slots[ch->ninputs + k] = d;
+        made = k + 1;
+        PyObject *x = slots[ch->a[k]];
+        PyObject *y = ch->b[k] < 0 ? ch->one : slots[ch->b[k]];
+        PyObject *prog = PyTuple_GET_ITEM(ch->programs, k);
+        int r = 1;
+        if (prog != Py_None) {
+            r = program_run((Program *)prog, g_one, x, y, g_zero, Py_None, d);
+            if (r < 0) goto done;
+        }
+        if (r > 0) { /* the plan binds these operands itself */
+            PyObject *plan = PyTuple_GET_ITEM(ch->plans, k);
+            PyObject *gone = PyObject_GetAttr(plan, g_destroyed);
+            if (!gone) goto done;
+            int is_gone = PyObject_IsTrue(gone);
+            Py_DECREF(gone);
+            if (is_gone) { /* a cache destroyed it: the caller takes the general path */
+                result = Py_None;
+                Py_INCREF(result);
+                goto done;
+            }
+            PyObject *st = PyObject_CallMethodObjArgs(plan, g_execute, g_one, x, y, g_zero,
+                                                      Py_None, d, NULL);
+            if (!st) goto done;
+            Py_DECREF(st);
+        }
+    }
+    result = slots[ch->ninputs + ch->nsteps - 1];
+    Py_INCREF(result);
+done:
+    if (slots) {
+        for (int k = 0; k < made; ++k) Py_DECREF(slots[ch->ninputs + k]);
+        if (slots != local) PyMem_Free(slots);
+    }
+    if (shared) ch->busy = 0;
+    return result;
+}
+
+static PyObject *Chain_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"ninputs", "a", "b", "shapes", "type_num", "programs", "plans",
+                             "buffers", "one", NULL};
+    int ninputs, type_num;
+    PyObject *a, *b, *shapes, *programs, *plans, *buffers, *one;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOiO!O!O!O", kwlist, &ninputs, &a, &b,
+                                     &shapes, &type_num, &PyTuple_Type, &programs, &PyTuple_Type,
+                                     &plans, &PyTuple_Type, &buffers, &one))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(programs);
+    if (n < 1 || PyTuple_GET_SIZE(plans) != n || PyTuple_GET_SIZE(buffers) != n) {
+        PyErr_SetString(PyExc_ValueError, "a chain needs one program, plan and buffer per step");
+        return NULL;
+    }
+    Chain *ch = (Chain *)type->tp_alloc(type, 0);
+    if (!ch) return NULL;
+    ch->vcall = Chain_call;
+    ch->nsteps = (int)n;
+    ch->ninputs = ninputs;
+    ch->type_num = type_num;
+    ch->a = PyMem_Calloc(n, sizeof(int));
+    ch->b = PyMem_Calloc(n, sizeof(int));
+    ch->ndim = PyMem_Calloc(n, sizeof(int));
+    ch->shape = PyMem_Calloc(n, sizeof(*ch->shape));
+    if (!ch->a || !ch->b || !ch->ndim || !ch->shape) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    npy_intp *tmp = PyMem_Calloc(n, sizeof(npy_intp));
+    int count_a = -1, count_b = -1;
+    if (!tmp) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (!read_intps(a, tmp, (int)n, &count_a, "a"))
+        for (int k = 0; k < n; ++k) ch->a[k] = (int)tmp[k];
+    if (!PyErr_Occurred() && !read_intps(b, tmp, (int)n, &count_b, "b"))
+        for (int k = 0; k < n; ++k) ch->b[k] = (int)tmp[k];
+    PyMem_Free(tmp);
+    if (count_a != n || count_b != n) goto fail;
+    for (int k = 0; k < n; ++k) {
+        PyObject *sh = PySequence_GetItem(shapes, k);
+        if (!sh) goto fail;
+        int bad = read_intps(sh, ch->shape[k], MAXL, &ch->ndim[k], "shape");
+        Py_DECREF(sh);
+        if (bad) goto fail;
+        PyObject *prog = PyTuple_GET_ITEM(programs, k);
+        if (prog != Py_None && !PyObject_TypeCheck(prog, &ProgramType)) {
+            PyErr_SetString(PyExc_TypeError, "programs must be Program or None");
+            goto fail;
+        }
+        int hi = ninputs + k;
+        if (ch->a[k] < 0 || ch->a[k] >= hi || ch->b[k] >= hi) {
+            PyErr_SetString(PyExc_ValueError, "a step reads a slot not yet written");
+            goto fail;
+        }
+    }
+    Py_INCREF(programs);
+    ch->programs = programs;
+    Py_INCREF(plans);
+    ch->plans = plans;
+    Py_INCREF(buffers);
+    ch->buffers = buffers;
+    Py_INCREF(one);
+    ch->one = one;
+    return (PyObject *)ch;
+fail:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "malformed chain");
+    Py_DECREF(ch);
+    return NULL;
+}
+
+static void Chain_dealloc(PyObject *self) {
+    Chain *ch = (Chain *)self;
+    PyMem_Free(ch->a);
+    PyMem_Free(ch->b);
+    PyMem_Free(ch->ndim);
+    PyMem_Free(ch->shape);
+    Py_XDECREF(ch->programs);
+    Py_XDECREF(ch->plans);
+    Py_XDECREF(ch->buffers);
+    Py_XDECREF(ch->one);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject ChainType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pytapp._cexec.Chain",
+    .tp_basicsize = sizeof(Chain),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A network's steps for one input layout: call it with the operands.",
+    .tp_new = Chain_new,
+    .tp_dealloc = Chain_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Chain, vcall),
+};
+
 /* ------------------------------------------------------------------ module */
 
 static PyObject *set_blas(PyObject *self, PyObject *args) {
@@ -661,12 +1038,16 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__cexec(void) {
     import_array();
-    if (PyType_Ready(&ProgramType) < 0) return NULL;
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&ChainType) < 0) return NULL;
+    g_one = PyFloat_FromDouble(1.0);
+    g_zero = PyFloat_FromDouble(0.0);
+    g_execute = PyUnicode_InternFromString("execute");
+    g_destroyed = PyUnicode_InternFromString("destroyed");
+    if (!g_one || !g_zero || !g_execute || !g_destroyed) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Py_INCREF(&ProgramType);
-    if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
-        Py_DECREF(&ProgramType);
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
+        PyModule_AddObjectRef(m, "Chain", (PyObject *)&ChainType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -43,6 +43,8 @@ __all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call"
 
 #: Most expressions :func:`cached_expression` keeps.
 EXPRESSION_CACHE_SIZE = 128
+#: Most input layouts an expression keeps a compiled network for.
+CHAIN_CACHE = 16
 
 #: Backends an ``auto`` expression times on its whole network, in this order.
 NETWORK_CANDIDATES = ("blas", "torch", "tblis")
@@ -185,6 +187,8 @@ class EinsumExpression:
         #: For ``backend="auto"``: the backend measured fastest on the network, per datatype.
         self.choices: dict[Datatype, str] = {}
         self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
+        #: Input (dtype, strides) -> the network as compiled programs (False: it does not lower).
+        self._chains: dict[tuple[Any, ...], Any] = {}
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -237,6 +241,7 @@ class EinsumExpression:
         handle = self._handle(views, dt)
         if all(type(x) is np.ndarray for x in operands):
             self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
+            self._remember_chain(arrays, dt, handle)
         if target is not None and target.dtype == want:
             net.run(views, dt, handle, target)
             return out
@@ -248,15 +253,35 @@ class EinsumExpression:
             return result[()]
         return to_library(result, like)
 
+    def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
+                        handle: Handle) -> None:
+        key = tuple((a.dtype, a.strides) for a in arrays)
+        if key not in self._chains:
+            if len(self._chains) >= CHAIN_CACHE:
+                self._chains.clear()
+            self._chains[key] = self.network.compiled_chain(arrays, dt, handle) or False
+
+    def chain_for(self, arrays: Sequence[Any]) -> Any:
+        """Return the network compiled for these arrays' layouts, once a call built it."""
+        if not all(type(a) is np.ndarray for a in arrays):
+            return None
+        return self._chains.get(tuple((a.dtype, a.strides) for a in arrays)) or None
+
     def _fast_numpy(self, arrays: Sequence[np.ndarray]) -> Any:
         """Return the thin path of a repeated call on NumPy arrays of the compiled shapes.
 
-        The datatype and handle found for these dtypes before are reused (``None``: take the
-        general path, which also reports every error).
+        The network compiled for these layouts runs when there is one; else the datatype and
+        handle found for these dtypes before are reused (``None``: take the general path,
+        which also reports every error).
         """
         net = self.network
         if tuple(a.shape for a in arrays) != net.shapes:
             return None
+        chain = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
+        if chain:
+            found = chain(*arrays)
+            if found is not None:
+                return found[()] if found.ndim == 0 else found
         key = tuple(a.dtype for a in arrays)
         hit = self._fast_dtypes.get(key)
         if hit is None:

@@ -32,6 +32,8 @@ from pytapp.analysis.subscripts import Equation
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
 from pytapp.handle import Handle
+from pytapp.kernels.program import available as program_executor_built
+from pytapp.kernels.program import compile_chain
 from pytapp.operands import BoundProduct
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
@@ -396,6 +398,37 @@ class Network:
             if shared:
                 self._busy.release()
         return result
+
+    def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
+                       handle: Handle) -> Any:
+        """Return the network bound to its plans for these inputs' layouts, or ``None``.
+
+        A compiled chain (``pytapp._cexec.Chain``): called with the operands, it runs every
+        step as its plan's compiled program when it has one, else through the plan's
+        :meth:`~pytapp.TensorProduct.execute`, and returns the result (``None`` when a cache
+        destroyed a plan meanwhile). ``None`` unless the compiled executor is built, the inputs
+        are used as they are (no diagonal or dropped axis) and are already of ``dt``.
+        """
+        want = dt.numpy_dtype
+        if not program_executor_built() or any(p.drop or p.diagonal for p in self.prepared) or any(
+                a.dtype != want for a in arrays):
+            return None
+        slots = list(arrays)
+        plans: list[TensorProduct] = []
+        buffers: list[np.ndarray] = []
+        for k, step in enumerate(self.steps):
+            if step.out != len(slots):
+                return None
+            d = np.empty(self._out_shapes[k], dtype=want)
+            b = _ONE[dt] if step.b is None else slots[step.b]
+            plans.append(self._plan(k, handle, slots[step.a], b, d))
+            buffers.append(d)
+            slots.append(d)
+        return compile_chain(
+            ninputs=len(arrays), a=[st.a for st in self.steps],
+            b=[-1 if st.b is None else st.b for st in self.steps], shapes=self._out_shapes,
+            type_num=want.num, programs=tuple(p.compiled_program for p in plans),
+            plans=tuple(plans), buffers=tuple(buffers), one=_ONE[dt])
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""

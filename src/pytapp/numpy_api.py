@@ -42,6 +42,8 @@ __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose
 #: Most calls :func:`einsum` remembers for its thin path (raw arguments -> expression).
 THIN_CACHE_SIZE = 256
 _thin: dict[Any, EinsumExpression] = {}
+#: Raw arguments with the operands' layouts -> the network as compiled programs.
+_chains: dict[Any, Any] = {}
 _thin_lock = threading.Lock()
 
 
@@ -104,14 +106,25 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     (2, 2)
     """
     thin_key: tuple[Any, ...] | None = None
+    layout_key: tuple[Any, ...] | None = None
     if out is None and type(subscripts) is str and all(type(x) is np.ndarray
                                                         for x in operands):
-        thin_key = (subscripts, optimize, memory_limit, backend, dtype,
-                    *(x.shape for x in operands))
+        opt = optimize
+        if type(opt) is list:  # an explicit path, the usual way to reuse one: a key too
+            opt = tuple(tuple(s) if type(s) is list else s for s in opt)
+        layout_key = (subscripts, opt, memory_limit, backend, dtype,
+                      *[(x.shape, x.strides, x.dtype.num) for x in operands])
         try:
-            cached = _thin.get(thin_key)
+            chain = _chains.get(layout_key)
         except TypeError:  # an unhashable optimizer: the general path, never remembered
-            cached = thin_key = None
+            chain = layout_key = None
+        if chain is not None:  # the whole network as compiled programs for these layouts
+            found = chain(*operands)
+            if found is not None:
+                return found[()] if found.ndim == 0 else found
+        thin_key = (subscripts, opt, memory_limit, backend, dtype,
+                    *(x.shape for x in operands))
+        cached = None if layout_key is None else _thin.get(thin_key)
         if cached is not None:
             found = cached._fast_numpy(operands)
             if found is not None:
@@ -137,11 +150,16 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, dtype)
     result = expr(*ops, out=out)
-    if thin_key is not None:
+    if thin_key is not None and layout_key is not None:
+        found_chain = expr.chain_for(ops)
         with _thin_lock:
             _thin[thin_key] = expr
             while len(_thin) > THIN_CACHE_SIZE:
                 _thin.pop(next(iter(_thin)))
+            if found_chain is not None:
+                _chains[layout_key] = found_chain
+                while len(_chains) > THIN_CACHE_SIZE:
+                    _chains.pop(next(iter(_chains)))
     return result
 
 

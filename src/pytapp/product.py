@@ -144,14 +144,6 @@ class TensorProduct(TappObject):
         self.infos = (infos["A"], infos["B"], infos["C"], infos["D"])
         start = time.perf_counter()
         plan = handle.backend.plan(self.spec, self._valid_executor(executor))
-        self.workspace_bytes = int(getattr(plan, "workspace_bytes", 0))
-        try:
-            self._check_memory(handle.memory_limit(),
-                               "the handle's MEMORY_LIMIT (default: half the free memory)")
-        except BaseException:
-            plan.release()  # nothing the backend created outlives a failed creation
-            raise
-        self._plan: BackendPlan | None = plan
         # The compiled executor runs the product when the backend lets it ("compiled") and the
         # product lowers to a program; operands it does not cover take the backend's plan.
         self._program: Any = None
@@ -160,6 +152,16 @@ class TensorProduct(TappObject):
                           algorithm="" if name == "blas" else f"{name} -> blas: ")
         if getattr(plan, "compiled", False):
             self._program = compile_product(self.spec, template)
+        # Either may run: the larger of the two workspaces is what an execution may need.
+        self.workspace_bytes = max(int(getattr(plan, "workspace_bytes", 0)),
+                                   template.bytes_allocated if self._program is not None else 0)
+        try:
+            self._check_memory(handle.memory_limit(),
+                               "the handle's MEMORY_LIMIT (default: half the free memory)")
+        except BaseException:
+            plan.release()  # nothing the backend created outlives a failed creation
+            raise
+        self._plan: BackendPlan | None = plan
         self._algorithm = template.algorithm if self._program is not None else plan.algorithm
         self._binder = Binder(self.spec)
         if _log.isEnabledFor(logging.INFO):
@@ -229,6 +231,16 @@ class TensorProduct(TappObject):
             body = (f"{self._algorithm} (operands with the descriptors' exact layouts; "
                     f"others:)\n{body}")
         return f"{head}\n{body}\nworkspace: {self.workspace_bytes} bytes, flops: {spec.flops}"
+
+    @property
+    def compiled_program(self) -> Any:
+        """The compiled executor's program of this plan, or ``None`` (the backend plan runs).
+
+        Calling it with ``(alpha, A, B, beta, C, D)`` runs the product when the operands are
+        exactly the descriptors' layouts and returns a :class:`Status`; otherwise it returns
+        ``NotImplemented`` without touching anything (:meth:`execute` then binds them).
+        """
+        return self._program
 
     @property
     def allow_broadcast(self) -> bool:

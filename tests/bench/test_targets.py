@@ -12,14 +12,18 @@ from pytapp.bench.cases import BenchCase
 from pytapp.cli import main
 
 
-def test_overhead_rows_time_execute_and_contract() -> None:
-    rows = targets.overhead_rows(repeats=2, number=10, cases=targets.small_cases()[3:5])
-    assert [r.name for r in rows] == ["small_3 execute", "small_3 contract",
-                                      "small_4 execute", "small_4 contract"]
+def test_overhead_rows_time_execute_contract_and_einsum() -> None:
+    rows = targets.overhead_rows(repeats=2, cases=targets.small_cases()[3:5], seconds=0.002)
+    assert [r.name for r in rows] == [
+        f"small_{i} {what}" for i in (3, 4)
+        for what in ("execute", "execute C", "contract", "einsum")]
     for r in rows:
         assert r.pytapp_s > 0 and r.baseline_s > 0 and r.lower_is_better
         assert r.errors["pytapp"] < 1e-12
         assert r.met == (r.ratio <= r.goal)
+    chains = targets.network_overhead_rows(repeats=1, seconds=0.002)
+    assert [r.name for r in chains] == [f"chain of {n} einsum" for n in (3, 4, 5)]
+    assert all(r.errors["pytapp"] < 1e-12 and r.goal == 1.0 for r in chains)
 
 
 def test_gemm_rows_cover_gemm_shaped_cases_only() -> None:

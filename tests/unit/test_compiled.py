@@ -563,7 +563,7 @@ def test_scalar_types(alpha: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     value = complex(alpha).real
     _same_outcome(plans, lambda: (alpha, a, b, 0.5, np.ones((4, 3)),
                                   np.zeros((4, 3))),
-                  compiled=type(alpha) in (float, int, complex, np.float64),
+                  compiled=type(alpha) in (float, int, complex, np.float64, np.complex128),
                   expect=value * ref.real + 0.5)
 
 

@@ -32,7 +32,7 @@ from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.viewgemm import ViewGemm, view_gemms
 from pytapp.datatypes import Datatype
 
-__all__ = ["GemmStep", "Lowered", "Step", "lower"]
+__all__ = ["GemmStep", "Lowered", "PackStep", "Step", "lower"]
 
 Label = Hashable
 #: Most modes (and merged labels) the executor loops over.
@@ -45,6 +45,9 @@ GEMM_MIN_MADDS = 512
 #: Batched GEMMs run in one process-wide BLAS call loop only below this many flops in total;
 #: larger batches are split across threads by the blas backend's own plan.
 GEMM_BATCH_MAX_FLOPS = 1 << 24
+#: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops;
+#: larger ones run on the backend's plan (threaded copies, blocked TTGT, reduce kernels).
+TTGT_MAX_FLOPS = 1 << 24
 #: The executor lets other Python threads run during products of at least this many flops.
 RELEASE_GIL_FLOPS = 1 << 16
 
@@ -60,6 +63,7 @@ class Step(IntEnum):
 
     LOOP = 0
     GEMM = 1
+    TTGT = 2
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,34 @@ class GemmStep:
     ld_d: int
 
     def as_tuple(self) -> tuple[object, ...]:
-        """The executor's argument tuple."""
+        """Return the executor's argument tuple."""
         return (self.batch_extents, self.batch_a, self.batch_b, self.batch_d, int(self.swap),
                 self.trans_left, self.trans_right, self.m, self.n, self.k, self.ld_left,
                 self.ld_right, self.ld_d)
+
+
+@dataclass(frozen=True)
+class PackStep:
+    """TTGT's packing: A as ``[H][M][K]``, B as ``[H][K][N]``, the GEMMs' result T as ``[H][M][N]``.
+
+    Isolated labels are summed while packing; each nest is (output count, extents, source byte
+    strides).
+
+    ``bytes_a``/``bytes_b`` are 0 when the operand already lies that way (used in place);
+    ``t_strides`` are T's byte strides per loop label of D (0 for broadcast labels).
+    """
+
+    nest_a: tuple[int, tuple[int, ...], tuple[int, ...]]
+    nest_b: tuple[int, tuple[int, ...], tuple[int, ...]]
+    t_strides: tuple[int, ...]
+    bytes_a: int
+    bytes_b: int
+    bytes_t: int
+
+    def as_tuple(self) -> tuple[object, ...]:
+        """Return the executor's argument tuple."""
+        return (self.nest_a, self.nest_b, self.t_strides, self.bytes_a, self.bytes_b,
+                self.bytes_t)
 
 
 @dataclass(frozen=True)
@@ -110,13 +138,14 @@ class Lowered:
     extents: tuple[int, ...]
     label_strides: tuple[tuple[int, ...], ...]
     gemm: GemmStep | None
+    pack: PackStep | None
     flops: int
     empty_sum: bool
     description: str
 
 
 def _uniform(spec: ContractionSpec) -> Datatype | None:
-    """The one datatype of every operand when the executor computes in it, else ``None``."""
+    """Return the datatype of every operand when the executor computes in it, else ``None``."""
     dt = spec.a.datatype
     if dt not in _CODES or any(op.datatype is not dt for op in spec.operands):
         return None
@@ -192,6 +221,58 @@ def _choose_gemm(spec: ContractionSpec, item: int) -> tuple[ViewGemm, GemmStep] 
     return None
 
 
+def _contiguous(extents: Sequence[int], item: int) -> tuple[int, ...]:
+    out, step = [], item
+    for e in reversed(extents):
+        out.append(step)
+        step *= max(e, 1)
+    return tuple(reversed(out))
+
+
+def _nest(op: OperandSpec, kept: Sequence[Label], summed: Sequence[Label], spec: ContractionSpec,
+          item: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], bool]:
+    """Return a packing nest over ``kept`` then ``summed`` labels, and whether it copies."""
+    strides = dict(zip(op.modes.labels, op.modes.strides, strict=True))
+    ext = tuple(spec.extent(x) for x in (*kept, *summed))
+    src = tuple(strides[x] * item for x in (*kept, *summed))
+    in_place = not summed and not op.conjugates and src == _contiguous(ext, item)
+    return (len(kept), ext, src), not in_place
+
+
+def _gemm_sized(spec: ContractionSpec) -> bool:
+    """Whether TTGT's GEMMs are worth their calls: each has at least GEMM_MIN_MADDS.
+
+    Hadamard-heavy products (many tiny GEMMs) and reductions stay with the backend's
+    elementwise and reduce kernels.
+    """
+    cls = spec.classes
+    return spec.size(cls.FA) * spec.size(cls.FB) * spec.size(cls.P) >= GEMM_MIN_MADDS
+
+
+def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmStep, PackStep]:
+    """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards."""
+    cls = spec.classes
+    d_strides = dict(zip(spec.d.modes.labels, spec.d.modes.strides, strict=True))
+    h, fa, fb, p = (sorted(g, key=lambda x: -abs(d_strides.get(x, 0))) for g in
+                    (cls.H, cls.FA, cls.FB, cls.P))
+    ext = spec.extent
+    hh, m, n, k = (prod(ext(x) for x in g) for g in (h, fa, fb, p))
+    nest_a, pack_a = _nest(spec.a, [*h, *fa, *p], cls.IA, spec, item)
+    nest_b, pack_b = _nest(spec.b, [*h, *p, *fb], cls.IB, spec, item)
+    t_order = [*h, *fa, *fb]
+    t_contig = dict(zip(t_order, _contiguous([ext(x) for x in t_order], item), strict=True))
+    gemm = GemmStep(
+        batch_extents=(hh,) if hh > 1 else (), batch_a=(m * k * item,) if hh > 1 else (),
+        batch_b=(k * n * item,) if hh > 1 else (), batch_d=(m * n * item,) if hh > 1 else (),
+        swap=False, trans_left=NO_TRANS, trans_right=NO_TRANS, m=m, n=n, k=k,
+        ld_left=max(k, 1), ld_right=max(n, 1), ld_d=max(n, 1))
+    pack = PackStep(nest_a=nest_a, nest_b=nest_b,
+                    t_strides=tuple(t_contig.get(x, 0) for x in out),
+                    bytes_a=hh * m * k * item if pack_a else 0,
+                    bytes_b=hh * k * n * item if pack_b else 0, bytes_t=hh * m * n * item)
+    return gemm, pack
+
+
 def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     """Lower ``spec`` for the compiled executor, or ``None`` when it does not cover it.
 
@@ -221,16 +302,24 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     labels: Sequence[Label] = [*out, *summed]
     madds = prod(spec.extent(x) for x in labels)
     chosen = _choose_gemm(spec, item) if gemm else None
-    if chosen is None and madds > LOOP_MAX_MADDS:
-        return None
+    pack: PackStep | None = None
     if chosen is not None:
-        g, step = chosen
-        kind, gemm_step = Step.GEMM, step
+        g, gemm_step = chosen
+        kind = Step.GEMM
         description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                        f"[m={g.m}, n={g.n}, k={g.k}] (no copies)")
-    else:
+    elif madds <= LOOP_MAX_MADDS:
         kind, gemm_step = Step.LOOP, None
         description = f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds)"
+    elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
+        kind = Step.TTGT
+        gemm_step, pack = _ttgt(spec, out, item)
+        packed = [r for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
+        description = (f"compiled: ttgt [h={prod(gemm_step.batch_extents)}, m={gemm_step.m}, "
+                       f"n={gemm_step.n}, k={gemm_step.k}] (packs {', '.join(packed) or 'none'}"
+                       "; gemm into a temporary, stored into D with the epilogue)")
+    else:
+        return None
     return Lowered(
         kind=kind, dtype=_CODES[dt], datatype=dt,
         shapes=tuple(op.extents for op in ops),
@@ -241,5 +330,6 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
         nout=len(out),
         extents=tuple(spec.extent(x) for x in labels),
         label_strides=tuple(tuple(s.get(x, 0) * item for x in labels) for s in by_label),
-        gemm=gemm_step, flops=spec.flops, empty_sum=spec.empty_sum, description=description,
+        gemm=gemm_step, pack=pack, flops=spec.flops, empty_sum=spec.empty_sum,
+        description=description,
     )

@@ -1,8 +1,10 @@
 """The per-product targets, measured as ratios in one run (``pytapp bench --suite targets``).
 
-* **Per-call overhead** on tiny operands: a reused ``plan.execute`` and a repeated
-  ``pytapp.contract`` against ``numpy.einsum(optimize=False)`` computing the same TAPP operation
-  (into a preallocated D, then NumPy's in-place epilogue), and against the bare einsum call.
+* **Per-call overhead** on tiny operands (2-D GEMM, 3-D x 2-D, row-wise dot...): a reused
+  ``plan.execute`` (with and without C), ``pytapp.contract`` and ``pytapp.einsum`` against
+  ``numpy.einsum(optimize=False)`` (into a preallocated D, with NumPy's in-place epilogue when
+  there is C), and ``pytapp.einsum`` on chains of tiny matrices against
+  ``numpy.einsum(optimize=True)``; contenders timed in interleaved rounds.
 * **GEMM-shaped products**: the default backend on every public case that is one (batched)
   GEMM on operands as they lie, against the same operation on contiguous operands of the flat
   shape, the best way NumPy (``matmul`` then in-place epilogue) or torch (``baddbmm`` with
@@ -13,7 +15,7 @@
 
 Examples
 --------
->>> rows = overhead_rows(repeats=2, number=20, cases=small_cases()[:1])
+>>> rows = overhead_rows(repeats=1, cases=small_cases()[:1], seconds=0.001)
 >>> rows[0].name, rows[0].errors["pytapp"] < 1e-12
 ('small_0 execute', True)
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -38,8 +41,9 @@ from pytapp.bench.cases import BenchCase, load_public, small_family
 from pytapp.bench.harness import permutation_speeds
 from pytapp.bench.peers import ALPHA, BETA
 
-__all__ = ["TargetRow", "cold_start_rows", "gemm_rows", "overhead_rows", "permutation_rows",
-           "run_targets", "small_cases", "targets_markdown", "targets_plot", "targets_table"]
+__all__ = ["TargetRow", "cold_start_rows", "gemm_rows", "interleaved", "network_overhead_rows",
+           "overhead_rows", "permutation_rows", "run_targets", "small_cases", "targets_markdown",
+           "targets_plot", "targets_table"]
 
 
 @dataclass
@@ -76,14 +80,48 @@ class TargetRow:
 
 
 def small_cases() -> list[BenchCase]:
-    """Return the tiny products of the ``small`` suite."""
-    return small_family()
+    """Return the tiny products of the per-call targets: the ``small`` suite and a row-wise dot."""
+    return [*small_family(),
+            BenchCase("small_rowdot", "small", "ab,ab->a", {"a": 8, "b": 8}, "f64",
+                      "per-call overhead")]
 
 
 def _per_call(fn: Callable[[], Any], number: int, repeats: int) -> float:
     """Seconds per call: the best of ``repeats`` batches of ``number`` calls."""
     fn()
     return min(timeit.repeat(fn, number=number, repeat=repeats)) / number
+
+
+def _sample(fn: Callable[[], Any], seconds: float, least: int) -> float:
+    """Seconds per call of one sample: calls repeated until the sample lasts ``seconds``."""
+    n = max(least, 1)
+    while True:
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        spent = time.perf_counter() - start
+        if spent >= seconds:
+            return spent / n
+        n *= 4 if spent < seconds / 8 else 2
+
+
+def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int, seconds: float = 0.02,
+                least: int = 1) -> dict[str, float]:
+    """Per-call seconds of each contender, timed in interleaved rounds.
+
+    Each round times every contender once, in a shuffled order; each sample repeats the call
+    until it lasts ``seconds``; the minimum over the rounds is kept (timing one contender after
+    another swings by 30-50% on a shared machine).
+    """
+    best = dict.fromkeys(contenders, math.inf)
+    for fn in contenders.values():
+        fn()  # plans, caches, compiled kernels
+    order = list(contenders)
+    for _ in range(max(rounds, 1)):
+        random.shuffle(order)
+        for name in order:
+            best[name] = min(best[name], _sample(contenders[name], seconds, least))
+    return best
 
 
 def _oracle(case: BenchCase, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -97,56 +135,106 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(np.abs(got.astype(want.dtype) - want), initial=0.0)) / scale
 
 
-def overhead_rows(repeats: int = 7, number: int = 2000,
-                  cases: Sequence[BenchCase] | None = None) -> list[TargetRow]:
-    """Measure the per-call time of ``plan.execute`` and ``contract``.
+def overhead_rows(repeats: int = 7, number: int = 1, cases: Sequence[BenchCase] | None = None,
+                  seconds: float = 0.02) -> list[TargetRow]:
+    """Measure the per-call time of ``plan.execute``, ``contract`` and ``pytapp.einsum``.
 
-    Per-call time of ``plan.execute`` (goal 1.5x) and ``contract`` (goal 3x) against
-    ``numpy.einsum(optimize=False)`` with the same epilogue, per tiny case.
+    Against ``numpy.einsum(optimize=False)`` into a preallocated D (``plan.execute`` without C,
+    goal 1.0x; ``contract``, goal 1.5x), against that einsum and NumPy's in-place epilogue
+    (``plan.execute`` with alpha, beta and C, goal 1.0x), and against the allocating
+    ``numpy.einsum`` (``pytapp.einsum`` on two operands, goal 1.5x); ``repeats`` interleaved
+    rounds of samples of ``seconds`` (at least ``number`` calls) per case.
     """
     rows: list[TargetRow] = []
     for case in cases if cases is not None else small_cases():
-        rows += _overhead_case(case, repeats, number)
+        rows += _overhead_case(case, repeats, number, seconds)
     return rows
 
 
-def _overhead_case(case: BenchCase, repeats: int, number: int) -> list[TargetRow]:
+def _overhead_case(case: BenchCase, repeats: int, number: int,
+                   seconds: float) -> list[TargetRow]:
     from pytapp.contraction import contract
     from pytapp.handle import Handle
+    from pytapp.numpy_api import einsum
     from pytapp.product import TensorProduct
     from pytapp.tensor import TensorInfo
 
     a, b, c, d = case.arrays(seed=1)
     want = _oracle(case, a, b, c)
+    plain = _oracle(case, a, b, np.zeros_like(c)) / ALPHA
     la, lb, ld = case.labels
     info = TensorInfo.from_array
     tmp = np.empty_like(d)
     expr = case.einsum
     alpha, beta = d.dtype.type(ALPHA), d.dtype.type(BETA)
+    errors: dict[str, float] = {}
 
-    def numpy_call() -> None:
+    def numpy_epilogue() -> None:
         np.einsum(expr, a, b, optimize=False, out=d)
         np.multiply(d, alpha, out=d)
         np.multiply(c, beta, out=tmp)
         np.add(d, tmp, out=d)
 
-    ref = _per_call(numpy_call, number, repeats)
-    bare = _per_call(lambda: np.einsum(expr, a, b, optimize=False), number, repeats)
     with Handle() as handle:
         plan = TensorProduct(handle, info(a), la, info(b), lb, info(c), ld, info(d), ld)
         plan.execute(ALPHA, a, b, BETA, c, d)
-        err_plan = _error(d, want)
-        execute = _per_call(lambda: plan.execute(ALPHA, a, b, BETA, c, d), number, repeats)
-    got = contract(expr, a, b, c, alpha=ALPHA, beta=BETA, out=d)
-    err_contract = _error(got, want)
-    called = _per_call(lambda: contract(expr, a, b, c, alpha=ALPHA, beta=BETA, out=d),
-                       number, repeats)
-    note = f"bare numpy.einsum {bare * 1e6:.1f} us"
-    baseline = "numpy.einsum + epilogue"
-    return [TargetRow("per-call overhead", f"{case.name} execute", baseline, execute, ref, 1.5,
-                      True, note, {"pytapp": err_plan}),
-            TargetRow("per-call overhead", f"{case.name} contract", baseline, called, ref, 3.0,
-                      True, note, {"pytapp": err_contract})]
+        errors["execute C"] = _error(d, want)
+        plan.execute(1.0, a, b, 0.0, None, d)
+        errors["execute"] = _error(d, plain)
+        errors["contract"] = _error(contract(expr, a, b, out=d), plain)
+        errors["einsum"] = _error(np.asarray(einsum(expr, a, b)), plain)
+        best = interleaved({
+            "numpy.einsum(out=)": lambda: np.einsum(expr, a, b, optimize=False, out=d),
+            "numpy.einsum + epilogue": numpy_epilogue,
+            "numpy.einsum": lambda: np.einsum(expr, a, b, optimize=False),
+            "execute": lambda: plan.execute(1.0, a, b, 0.0, None, d),
+            "execute C": lambda: plan.execute(ALPHA, a, b, BETA, c, d),
+            "contract": lambda: contract(expr, a, b, out=d),
+            "einsum": lambda: einsum(expr, a, b),
+        }, repeats, seconds, number)
+    group = "per-call overhead"
+    return [
+        TargetRow(group, f"{case.name} {name}", base, best[name], best[base], goal, True,
+                  f"{expr}; {best[name] * 1e6:.1f} us vs {best[base] * 1e6:.1f} us",
+                  {"pytapp": errors[name]})
+        for name, base, goal in (("execute", "numpy.einsum(out=)", 1.0),
+                                 ("execute C", "numpy.einsum + epilogue", 1.0),
+                                 ("contract", "numpy.einsum(out=)", 1.5),
+                                 ("einsum", "numpy.einsum", 1.5))]
+
+
+def network_overhead_rows(repeats: int = 7, seconds: float = 0.02) -> list[TargetRow]:
+    """``pytapp.einsum`` on chains of 3-5 tiny matrices against ``numpy.einsum(optimize=True)``.
+
+    Goal: no slower (1.0x), interleaved as :func:`overhead_rows`.
+    """
+    from pytapp.numpy_api import einsum
+
+    rng = np.random.default_rng(3)
+    rows: list[TargetRow] = []
+    for count in (3, 4, 5):
+        letters = "abcdef"[:count + 1]
+        expr = ",".join(letters[i:i + 2] for i in range(count)) + f"->{letters[0]}{letters[-1]}"
+        arrays = [rng.standard_normal((4 + i, 5 + i)) for i in range(count)]
+        for i in range(1, count):  # chain the shapes
+            arrays[i] = rng.standard_normal((arrays[i - 1].shape[1], 5 + i))
+        want = np.linalg.multi_dot(arrays)
+        err = _error(np.asarray(einsum(expr, *arrays)), want)
+
+        def peer(e: str = expr, x: list[np.ndarray] = arrays) -> Any:
+            return np.einsum(e, *x, optimize=True)
+
+        def ours(e: str = expr, x: list[np.ndarray] = arrays) -> Any:
+            return einsum(e, *x)
+
+        best = interleaved({"numpy.einsum(optimize=True)": peer, "einsum": ours}, repeats,
+                           seconds)
+        base = "numpy.einsum(optimize=True)"
+        rows.append(TargetRow("per-call overhead", f"chain of {count} einsum", base,
+                              best["einsum"], best[base], 1.0, True,
+                              f"{expr}; {best['einsum'] * 1e6:.1f} us vs "
+                              f"{best[base] * 1e6:.1f} us", {"pytapp": err}))
+    return rows
 
 
 def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None:
@@ -301,7 +389,8 @@ def run_targets(repeats: int = 5, progress: Callable[[str], None] | None = None,
     """Every target group, in order."""
     rows: list[TargetRow] = []
     steps: list[tuple[str, Callable[[], list[TargetRow]]]] = [
-        ("per-call overhead", lambda: overhead_rows(repeats=max(repeats, 5))),
+        ("per-call overhead", lambda: overhead_rows(repeats=max(repeats, 5))
+         + network_overhead_rows(repeats=max(repeats, 5))),
         ("GEMM-shaped", lambda: gemm_rows(repeats)),
         ("permutation", permutation_rows),
         ("cold start", cold_start_rows),

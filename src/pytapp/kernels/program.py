@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib
 import os
 import threading
 from typing import Any
@@ -35,10 +36,11 @@ import numpy as np
 from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 
-__all__ = ["available", "blas_available", "compile_lowered", "compile_product"]
+__all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product"]
 
-try:
-    from pytapp import _cexec
+_cexec: Any
+try:  # by name: the package root is a higher layer than the kernels
+    _cexec = importlib.import_module("pytapp._cexec")
 except ImportError:  # a source tree used without building: the Python plans run everything
     _cexec = None
 
@@ -106,19 +108,28 @@ def compile_lowered(prog: Lowered, status: Any) -> Any:
     """Return the executor's program for ``prog``; ``status`` is copied for every run."""
     assert _cexec is not None  # callers check available()
     gemm = prog.gemm.as_tuple() if prog.gemm is not None else None
+    ttgt = prog.pack.as_tuple() if prog.pack is not None else None
     return _cexec.Program(
         type_num=prog.datatype.numpy_dtype.num, dtype=prog.dtype, kind=int(prog.kind),
         shapes=prog.shapes, strides=prog.strides, footprints=prog.footprints, conj=prog.conj,
         nout=prog.nout, extents=prog.extents, label_strides=prog.label_strides, gemm=gemm,
+        ttgt=ttgt,
         flops=float(prog.flops), release_gil_flops=float(RELEASE_GIL_FLOPS),
         empty_sum=prog.empty_sum, status=status)
+
+
+def compile_chain(**parts: Any) -> Any:
+    """Return the executor's chain of a network's steps (see ``Network.compiled_chain``)."""
+    assert _cexec is not None  # callers check available()
+    return _cexec.Chain(**parts)
 
 
 def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     """Lower and compile ``spec``, or ``None`` when the executor does not cover it.
 
     ``status`` is the Status template every run returns a copy of (its ``seconds`` set);
-    the program's description is appended to its ``algorithm``.
+    the program's description is appended to its ``algorithm``, and its scratch (TTGT's
+    packed operands and temporary) set as its bytes copied and allocated.
     """
     if not available():
         return None
@@ -126,6 +137,9 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     if prog is None:
         return None
     status.algorithm += prog.description
-    if prog.kind is Step.GEMM and not blas_available():
+    if prog.pack is not None:  # TTGT's scratch: the packed operands and the GEMMs' result
+        status.bytes_copied = prog.pack.bytes_a + prog.pack.bytes_b
+        status.bytes_allocated = status.bytes_copied + prog.pack.bytes_t
+    if prog.kind is not Step.LOOP and not blas_available():
         return None
     return compile_lowered(prog, status)
