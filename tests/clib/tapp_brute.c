@@ -6,7 +6,12 @@
  * ABI: the released TAPP C API by default. Built with -DTAPP_MULTI_TAPP it follows the
  * "multi-tapp" variant instead (TAPP_create_handle takes a library id; executors and tensor
  * infos are created with the handle). Built with -DTAPP_MINIMAL it exports only the four
- * mandatory functions (no executor, no destroy functions, no explain_error).
+ * mandatory functions (no executor, no destroy functions, no explain_error). Built with
+ * -DTAPP_CUTENSOR_BINDINGS it follows the cutensor_bindings branch (TAPP_create_tensor_info takes
+ * the handle second; TAPP_attr_get returns through void**). Built with -DTAPP_ASYNC it also
+ * exports upstream's proposed asynchronous symbols (TAPP_executor_wait,
+ * TAPP_executor_get_status, TAPP_status_check_completion, TAPP_status_get_error) with real
+ * status objects, and TAPP_implementation_name.
  *
  * Like the official reference, a product keeps the *handles* of its tensor infos and reads
  * them at every execute; an info destroyed before its product makes execute return 99 (a
@@ -18,11 +23,16 @@
  *   TAPP_BRUTE_FAULT=unknown_code   execute returns 4242, which has no text
  *   TAPP_BRUTE_FAULT=no_text        execute returns 77 and explain_error writes nothing
  *   TAPP_BRUTE_FAULT=crash          execute dereferences NULL
+ *   TAPP_BRUTE_FAULT=hang           execute never returns
+ *   TAPP_BRUTE_FAULT=write_then_fail  execute writes D (every element 1234) and returns 15
+ *   TAPP_BRUTE_FAULT=async_fail     (TAPP_ASYNC) execute returns 0, writes D, and its status
+ *                                   reports FAILED with error 15
  */
 #include <complex.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int TAPP_error;
 typedef intptr_t TAPP_handle, TAPP_executor, TAPP_status, TAPP_tensor_info,
@@ -86,6 +96,7 @@ OPTIONAL size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *messag
     case 14: text = "Extents can not be negative."; break;
     case 18: text = "Only F64 and C64 data with default or F64 precision are supported."; break;
     case 99: text = "A tensor info of this product was destroyed before the product."; break;
+    case 15: text = "The brute library failed after writing D (fault injection)."; break;
     case 4242: text = ""; break;
     case 77: text = ""; break;
     default: text = "Unknown error."; break;
@@ -134,7 +145,50 @@ OPTIONAL TAPP_error TAPP_destroy_executor(TAPP_executor exec) {
     live[1]--;
     return 0;
 }
+#ifdef TAPP_ASYNC
+/* A status records the outcome of one execution: 1 complete, 2 failed, with its error. */
+typedef struct { int completion, error; } status_t;
+static status_t *last_status;
+static TAPP_status new_status(int error) {
+    status_t *s = malloc(sizeof(status_t));
+    s->completion = error ? 2 : 1;
+    s->error = error;
+    last_status = s;
+    return (TAPP_status)s;
+}
+TAPP_error TAPP_destroy_status(TAPP_status status) {
+    if (last_status == (status_t *)status) last_status = NULL;
+    free((void *)status);
+    return 0;
+}
+TAPP_error TAPP_status_check_completion(TAPP_status status, int *completion, int *error) {
+    const status_t *s = (const status_t *)status;
+    if (completion) *completion = s->completion;
+    if (error) *error = s->error;
+    return 0;
+}
+TAPP_error TAPP_status_get_error(TAPP_status status) { return ((status_t *)status)->error; }
+TAPP_error TAPP_executor_wait(TAPP_executor exec) { (void)exec; return 0; }
+TAPP_error TAPP_executor_get_status(TAPP_executor exec, TAPP_status *status) {
+    (void)exec;
+    *status = new_status(last_status ? last_status->error : 0);
+    return 0;
+}
+const char *TAPP_implementation_name(void) { return "tapp_brute (pytapp test library)"; }
+#else
 OPTIONAL TAPP_error TAPP_destroy_status(TAPP_status status) { (void)status; return 0; }
+#endif
+
+#ifdef TAPP_CUTENSOR_BINDINGS
+/* Attributes of any object: key 1 only, read through void** (the cutensor_bindings form). */
+static int attr_one = 7;
+TAPP_error TAPP_attr_get(intptr_t attr, int key, void **value) {
+    (void)attr;
+    if (key != 1) return 18;
+    *value = &attr_one;
+    return 0;
+}
+#endif
 
 static int64_t *copy64(const int64_t *src, int n) {
     int64_t *dst = malloc(sizeof(int64_t) * (n > 0 ? n : 1));
@@ -142,7 +196,7 @@ static int64_t *copy64(const int64_t *src, int n) {
     return dst;
 }
 
-#ifdef TAPP_MULTI_TAPP
+#if defined(TAPP_MULTI_TAPP) || defined(TAPP_CUTENSOR_BINDINGS)
 TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_handle handle,
                                    TAPP_datatype type, int nmode, const int64_t *extents,
                                    const int64_t *strides) {
@@ -238,10 +292,18 @@ TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
         volatile int *nothing = NULL;
         *nothing = 1;
     }
+    while (strcmp(fault(), "hang") == 0) sleep(1);
     const product_t *p = (const product_t *)plan;
     for (int k = 0; k < 4; k++)
         if (!info_alive(p->info[k])) return 99;
+    int fail_after = strcmp(fault(), "write_then_fail") == 0;
+#ifdef TAPP_ASYNC
+    int status_fails = strcmp(fault(), "async_fail") == 0;
+    fail_after |= status_fails;
+    if (status) *status = new_status(status_fails ? 15 : 0);
+#else
     if (status) *status = 0;
+#endif
     /* distinct labels: those of D first (output space), then the summed ones */
     int64_t labels[256], extent[256];
     int nd = 0, n = 0;
@@ -290,8 +352,14 @@ TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
         }
         if (p->op[3]) acc = conj(acc);
         int64_t od = offset(p, 3, labels, values, nd);
+        if (fail_after) acc = 1234;
         if (p->is_complex) ((double complex *)D)[od] = acc;
         else ((double *)D)[od] = creal(acc);
     }
+#ifdef TAPP_ASYNC
+    if (fail_after && !status_fails) return 15;
+#else
+    if (fail_after) return 15;
+#endif
     return 0;
 }
