@@ -23,9 +23,47 @@ from pytapp.handle import Handle
 
 __all__ = ["main"]
 
+#: The ``--abi`` values (backends.clib.ABIS and "auto"; not imported: clib loads ctypes).
+ABI_CHOICES = ["released", "multi-tapp", "cutensor_bindings", "auto"]
+
+
+def _cmd_info_library(args: argparse.Namespace) -> int:
+    """``pytapp info --library PATH``: what a TAPP C library is, probed in child processes."""
+    from pytapp.backends.clib_probe import describe
+
+    record = describe(args.library, args.abi)
+    if args.json:
+        print(json.dumps(record, indent=2))
+        return 0 if record["probe_ok"] else 1
+    print(f"library: {record['path']}")
+    if record["name"]:
+        print(f"implementation name: {record['name']}")
+    print(f"ABI: {record['abi'] or 'none of ' + ', '.join(p['abi'] for p in record['probes'])}")
+    if record["missing"]:
+        print(f"missing required symbols: {', '.join(record['missing'])}")
+    print(f"optional symbols: {', '.join(record['optional']) or '(none)'}")
+    for probe in record["probes"]:
+        state = "ran the probe product right" if probe.get("ok") else (
+            probe.get("text") or f"returned {probe.get('code')}")
+        ended = "survived" if probe.get("survived") else "did not survive"
+        print(f"probe as {probe['abi']}: {ended}; {state}")
+    if record["null_executor"] is not None:
+        print("NULL executor and status: "
+              + ("accepted" if record["null_executor"] else "refused"))
+    if "TAPP_explain_error" not in record["optional"]:
+        print("error texts: none (the library exports no TAPP_explain_error)")
+        return 0 if record["probe_ok"] else 1
+    print("error texts:")
+    for code, text in record["texts"].items():
+        print(f"  {code:3d}: {text or '(no text)'}")
+    return 0 if record["probe_ok"] else 1
+
 
 def _cmd_info(args: argparse.Namespace) -> int:
     import numpy as np
+
+    if args.library:
+        return _cmd_info_library(args)
 
     rows = []
     for name, (ok, why) in backends.available().items():
@@ -413,6 +451,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--matrix", action="store_true",
                    help="print the backends x features table (Markdown) only")
+    p.add_argument("--library", help="describe a TAPP C library instead: its ABI, optional "
+                                     "symbols, name, error texts (probed in child processes)")
+    p.add_argument("--abi", choices=ABI_CHOICES,
+                   help="C ABI of --library (default: detected by probing each)")
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("explain", help="text of TAPP error codes")
     p.add_argument("codes", nargs="*", help="codes (default: all)")
@@ -422,8 +464,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", help="case numbers, e.g. '1-5,12' (default: all)")
     p.add_argument("--seeds", type=int, default=20, help="random instances per case")
     p.add_argument("--library", help="check a C library exporting the TAPP C API (clib)")
-    p.add_argument("--abi", choices=["released", "multi-tapp"],
-                   help="C ABI of --library (default: released)")
+    p.add_argument("--abi", choices=ABI_CHOICES,
+                   help="C ABI of --library (default: released; auto: detected by a probe)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run every case in a child process, so a crash is reported as that "
                         "case's failure (default: on with --library, off otherwise)")

@@ -24,6 +24,8 @@
  *   TAPP_BRUTE_FAULT=no_text        execute returns 77 and explain_error writes nothing
  *   TAPP_BRUTE_FAULT=crash          execute dereferences NULL
  *   TAPP_BRUTE_FAULT=hang           execute never returns
+ *   TAPP_BRUTE_FAULT=explain_crash  explain_error dereferences NULL for code 30 (as the
+ *                                   official reference does for codes without text)
  *   TAPP_BRUTE_FAULT=write_then_fail  execute writes D (every element 1234) and returns 15
  *   TAPP_BRUTE_FAULT=async_fail     (TAPP_ASYNC) execute returns 0, writes D, and its status
  *                                   reports FAILED with error 15
@@ -89,6 +91,10 @@ static const char *fault(void) {
 
 OPTIONAL size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
     const char *text;
+    if (error == 30 && strcmp(fault(), "explain_crash") == 0) {
+        volatile int *nothing = NULL;
+        *nothing = 1;
+    }
     switch (error) {
     case 0: text = "Success."; break;
     case 4: text = "Tensor D has indices not shared with tensor A or B."; break;

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -25,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from pytapp.backends.clib import ABIS, AUTO, Library
+from pytapp.backends.clib import ABIS, AUTO, REQUIRED, Library
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["PROBE_SECONDS", "detect", "probe", "probe_in_child"]
+__all__ = ["PROBE_SECONDS", "describe", "detect", "error_texts", "probe", "probe_in_child"]
 
 #: Seconds a probe child may run before it counts as hung.
 PROBE_SECONDS = 30.0
@@ -49,6 +50,9 @@ def probe(path: str, abi: str) -> dict[str, Any]:
     a NULL executor and status).
     """
     lib = Library(path, abi)
+    # Printed first, so the parent has them even when the product below crashes the child.
+    print(json.dumps({"optional": lib.optional_symbols(), "name": lib.implementation_name()}),
+          flush=True)
     obj = ctypes.c_ssize_t
     handle, executor = obj(0), obj(0)
     multi = abi == "multi-tapp"
@@ -110,23 +114,69 @@ def probe_in_child(path: str, abi: str, timeout: float = PROBE_SECONDS) -> dict[
     Returns the probe's record with ``survived`` (the child ended by itself, without a
     signal) and, when it did not, ``text`` saying what happened.
     """
-    cmd = [sys.executable, "-m", "pytapp.backends.clib_probe", path, abi]
+    lines, ended = _child_lines([path, abi], timeout)
+    record: dict[str, Any] = {"abi": abi, "ok": False}
+    for line in lines[:-1] if isinstance(ended, str) else lines:
+        record.update(line)
+    if isinstance(ended, str):  # crashed or hung: what it printed before still counts
+        record.update(ok=False, survived=False, text=ended)
+        return record
+    record["survived"] = True
+    if "call" not in record and not record.get("text"):
+        record["text"] = "the probe gave no result"
+    return record
+
+
+def _child_lines(args: list[str], timeout: float) -> tuple[list[dict[str, Any]], str | int]:
+    """Run this module in a child; return its JSON lines and how it ended.
+
+    The second item is the exit status, or a sentence when the child crashed or hung (then
+    the last element of the list is a placeholder, so callers can drop it uniformly).
+    """
+    cmd = [sys.executable, "-m", "pytapp.backends.clib_probe", *args]
     try:
         child = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"abi": abi, "ok": False, "survived": False,
-                "text": f"the probe did not finish within {timeout:g} s (hung)"}
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return [*_parse(out), {}], f"the probe did not finish within {timeout:g} s (hung)"
+    parsed = _parse(child.stdout)
     if child.returncode < 0:
-        return {"abi": abi, "ok": False, "survived": False,
-                "text": f"the probe crashed (signal {-child.returncode})"}
-    lines = child.stdout.strip().splitlines()
-    try:
-        record: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        why = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"abi": abi, "ok": False, "survived": True, "text": why}
-    record["survived"] = True
-    return record
+        return [*parsed, {}], f"the probe crashed (signal {-child.returncode})"
+    return parsed, child.returncode
+
+
+def _parse(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.strip().splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def error_texts(path: str, abi: str, codes: range = range(41),
+                timeout: float = PROBE_SECONDS) -> dict[int, str]:
+    """Return the library's ``TAPP_explain_error`` text for each code, read in children.
+
+    Some libraries crash for codes they have no text for (the official reference does): such
+    a code gets ``"(crashed)"`` and the next child goes on after it. Without
+    ``TAPP_explain_error`` every text is ``""``.
+    """
+    texts: dict[int, str] = {}
+    todo = list(codes)
+    while todo:
+        lines, ended = _child_lines([path, abi, "--texts", ",".join(map(str, todo))], timeout)
+        for line in lines:
+            if "code" in line:
+                texts[int(line["code"])] = str(line["text"])
+        todo = [c for c in todo if c not in texts]
+        if not isinstance(ended, str) or not todo:
+            break
+        texts[todo.pop(0)] = "(crashed)" if "crashed" in ended else "(hung)"
+    return texts
 
 
 def detect(path: str) -> str:
@@ -153,8 +203,51 @@ def detect(path: str) -> str:
                     f"pass abi= one of {', '.join(ABIS)} instead of {AUTO!r}")
 
 
+def describe(path: str, abi: str | None = None) -> dict[str, Any]:
+    """Everything ``pytapp info --library`` shows about a library, probed in children.
+
+    Returns ``path``, ``abi`` (the one asked for, else the first that runs the probe product
+    right; ``None`` when none does), ``probes`` (each attempt's record), ``required`` (which
+    mandatory symbols are missing: ``missing``), ``optional`` symbols, the implementation
+    ``name``, ``survived`` (whether the chosen probe ended by itself) and ``texts`` (the
+    library's texts for codes 0-40).
+    """
+    probes = []
+    chosen = None
+    for candidate in [abi] if abi else list(ABIS):
+        record = probe_in_child(path, candidate)
+        probes.append(record)
+        if record.get("ok") or abi:
+            chosen = record
+            break
+    best = chosen or (probes[0] if probes else {})
+    try:
+        missing = [n for n in REQUIRED if not hasattr(ctypes.CDLL(os.path.abspath(path)), n)]
+    except OSError as exc:
+        missing = [f"(cannot load: {exc})"]
+    result: dict[str, Any] = {
+        "path": path,
+        "abi": best.get("abi") if chosen is not None and chosen.get("ok") else abi,
+        "survived": bool(best.get("survived")),
+        "probe_ok": bool(best.get("ok")),
+        "probe_text": best.get("text", ""),
+        "null_executor": best.get("null_executor"),
+        "missing": missing,
+        "optional": best.get("optional", []),
+        "name": best.get("name", ""),
+        "probes": probes,
+    }
+    result["texts"] = error_texts(path, result["abi"] or ABIS[0]) if not missing else {}
+    return result
+
+
 def _main(argv: list[str]) -> int:
-    path, abi = argv
+    path, abi = argv[:2]
+    if argv[2:3] == ["--texts"]:
+        lib = Library(path, abi)
+        for code in argv[3].split(","):
+            print(json.dumps({"code": int(code), "text": lib.explain(int(code))}), flush=True)
+        return 0
     try:
         record = probe(path, abi)
     except Exception as exc:  # reported to the parent, which judges the library
