@@ -24,6 +24,7 @@
  *   TAPP_BRUTE_FAULT=no_text        execute returns 77 and explain_error writes nothing
  *   TAPP_BRUTE_FAULT=crash          execute dereferences NULL
  *   TAPP_BRUTE_FAULT=hang           execute never returns
+ *   TAPP_BRUTE_FAULT=wrong          execute adds 1 to every element of D (wrong values)
  *   TAPP_BRUTE_FAULT=explain_crash  explain_error dereferences NULL for code 30 (as the
  *                                   official reference does for codes without text)
  *   TAPP_BRUTE_FAULT=write_then_fail  execute writes D (every element 1234) and returns 15
@@ -359,6 +360,7 @@ TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
         if (p->op[3]) acc = conj(acc);
         int64_t od = offset(p, 3, labels, values, nd);
         if (fail_after) acc = 1234;
+        if (strcmp(fault(), "wrong") == 0) acc += 1;
         if (p->is_complex) ((double complex *)D)[od] = acc;
         else ((double *)D)[od] = creal(acc);
     }
