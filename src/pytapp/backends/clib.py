@@ -93,8 +93,26 @@ def _int64s(values: Sequence[int]) -> Any:
     return (ctypes.c_int64 * max(len(values), 1))(*values)
 
 
+#: Functions that take the handle as their second argument in the multi-tapp ABI (its branch of
+#: the reference: every call names the library through its handle).
+_HANDLE_SECOND = frozenset({
+    "TAPP_destroy_tensor_info", "TAPP_destroy_tensor_product", "TAPP_execute_product",
+    "TAPP_destroy_status", "TAPP_explain_error", "TAPP_check_success", "TAPP_attr_set",
+    "TAPP_attr_get", "TAPP_attr_clear"})
+
+
 def _signatures(abi: str) -> dict[str, tuple[list[Any], Any]]:
     """(argtypes, restype) of every TAPP symbol in ``abi``."""
+    table = _released_signatures(abi)
+    if abi == "multi-tapp":
+        for name in _HANDLE_SECOND:
+            argtypes, restype = table[name]
+            table[name] = ([argtypes[0], _obj, *argtypes[1:]], restype)
+    return table
+
+
+def _released_signatures(abi: str) -> dict[str, tuple[list[Any], Any]]:
+    """Return the signatures with the handle where the released ABI (or ``abi``) has it."""
     multi = abi == "multi-tapp"
     info_handle = abi in ("multi-tapp", "cutensor_bindings")
     # The released attributes.h declares attr_get(attr, key, void* value); cutensor_bindings
@@ -184,19 +202,26 @@ class Library:
             raw = self.fn["TAPP_implementation_name"]()
         return raw.decode("utf-8", "replace") if raw else ""
 
-    def explain(self, code: int) -> str:
+    def args(self, name: str, handle: int, *args: Any) -> tuple[Any, ...]:
+        """Return the arguments of ``name`` with the handle where this ABI wants it."""
+        if self.abi == "multi-tapp" and name in _HANDLE_SECOND:
+            return (args[0], handle, *args[1:])
+        return args
+
+    def explain(self, code: int, handle: int = 0) -> str:
         """Return the library's text for ``code`` ("" when it has none)."""
         if not self.has("TAPP_explain_error"):
             return ""
         buf = ctypes.create_string_buffer(512)
-        n = int(self.fn["TAPP_explain_error"](int(code), len(buf), buf))
+        n = int(self.fn["TAPP_explain_error"](
+            *self.args("TAPP_explain_error", handle, int(code), len(buf), buf)))
         return buf.value[: max(0, min(n, len(buf) - 1))].decode("utf-8", "replace").strip()
 
-    def check(self, code: int, call: str) -> None:
+    def check(self, code: int, call: str, handle: int = 0) -> None:
         """Raise the TappError for a non-zero code returned by ``call``."""
         if code == 0:
             return
-        text = self.explain(code) or (
+        text = self.explain(code, handle) or (
             "the library gave no explanation for this code" if self.has("TAPP_explain_error")
             else "the library exports no TAPP_explain_error")
         # Codes 1-14 mean the same in every TAPP implementation; any other code is the
@@ -207,17 +232,17 @@ class Library:
         err.library_code = code  # type: ignore[attr-defined]
         raise err
 
-    def call(self, name: str, *args: Any) -> None:
+    def call(self, name: str, *args: Any, handle: int = 0) -> None:
         """Call entry point ``name`` under the library lock; raise on a non-zero code."""
         with self.lock:
-            code = self.fn[name](*args)
-        self.check(int(code), name)
+            code = self.fn[name](*self.args(name, handle, *args))
+        self.check(int(code), name, handle)
 
-    def destroy(self, name: str, *args: Any) -> None:
+    def destroy(self, name: str, *args: Any, handle: int = 0) -> None:
         """Call an optional destroy function; its failure is ignored (nothing to recover)."""
         if self.has(name):
             with self.lock:
-                self.fn[name](*args)
+                self.fn[name](*self.args(name, handle, *args))
 
 
 _LIBRARIES: dict[tuple[str, str], Library] = {}
@@ -284,11 +309,11 @@ class Session:
 def _destroy_products(lib: Library, products: dict[Any, tuple[int, list[int]]],
                       session: Session) -> None:
     """Destroy every product, then its infos (the product may read them until destroyed)."""
-    del session  # kept alive until now: the C handle outlives the products
-    for plan, infos in products.values():
-        lib.destroy("TAPP_destroy_tensor_product", plan)
+    handle = session.handle  # the session is kept alive until now: the C handle outlives
+    for plan, infos in products.values():  # the products
+        lib.destroy("TAPP_destroy_tensor_product", plan, handle=handle)
         for info in infos:
-            lib.destroy("TAPP_destroy_tensor_info", info)
+            lib.destroy("TAPP_destroy_tensor_info", info, handle=handle)
     products.clear()
 
 
@@ -339,17 +364,17 @@ class ClibPlan:
             for op, info, lab in zip(spec.operands, infos, labels, strict=True):
                 args += [int(op.op), info, lab]
             args.append(int(spec.prec))
-            lib.call("TAPP_create_tensor_product", *args)
+            lib.call("TAPP_create_tensor_product", *args, handle=self.session.handle)
         except BaseException:
             for info in infos:
-                lib.destroy("TAPP_destroy_tensor_info", info)
+                lib.destroy("TAPP_destroy_tensor_info", info, handle=self.session.handle)
             raise
         self._products[strides] = (int(plan.value), infos)
         while len(self._products) > MAX_PRODUCTS:
             old, old_infos = self._products.popitem(last=False)[1]
-            lib.destroy("TAPP_destroy_tensor_product", old)
+            lib.destroy("TAPP_destroy_tensor_product", old, handle=self.session.handle)
             for info in old_infos:
-                lib.destroy("TAPP_destroy_tensor_info", info)
+                lib.destroy("TAPP_destroy_tensor_info", info, handle=self.session.handle)
         return int(plan.value)
 
     @staticmethod
@@ -376,21 +401,22 @@ class ClibPlan:
         beta = np.array(0 if bound.c is None else bound.beta, dtype=dtype)
         ptr = [int(v.__array_interface__["data"][0]) for v in views]
         c_ptr = None if bound.c is None else ptr[2]
+        handle = self.session.handle
         saved = bound.d.copy()  # what the library may write, restored if it then fails
         status.bytes_copied = saved.nbytes
         st = _obj(0)
         with lib.lock:
             plan = self._product(tuple(self._strides(v) for v in views))
-            code = int(lib.fn["TAPP_execute_product"](
-                plan, self.session.executor, ctypes.byref(st), alpha.ctypes.data, ptr[0],
-                ptr[1], beta.ctypes.data, c_ptr, ptr[3]))
+            code = int(lib.fn["TAPP_execute_product"](*lib.args(
+                "TAPP_execute_product", handle, plan, self.session.executor, ctypes.byref(st),
+                alpha.ctypes.data, ptr[0], ptr[1], beta.ctypes.data, c_ptr, ptr[3])))
             if code == 0:
                 code = self._finish(int(st.value))
             if st.value:
-                lib.destroy("TAPP_destroy_status", st.value)
+                lib.destroy("TAPP_destroy_status", st.value, handle=handle)
         if code != 0:
             np.copyto(bound.d, saved)
-            lib.check(code, "TAPP_execute_product")
+            lib.check(code, "TAPP_execute_product", handle)
         return status
 
     def _finish(self, status: int) -> int:

@@ -59,9 +59,9 @@ def probe(path: str, abi: str) -> dict[str, Any]:
     record: dict[str, Any] = {"abi": abi, "ok": False, "code": 0, "text": "", "call": ""}
 
     def call(name: str, *args: Any) -> bool:
-        code = int(lib.fn[name](*args))
+        code = int(lib.fn[name](*lib.args(name, handle.value, *args)))
         if code != 0:
-            record.update(code=code, text=lib.explain(code), call=name)
+            record.update(code=code, text=lib.explain(code, handle.value), call=name)
             return False
         return True
 
@@ -102,9 +102,10 @@ def probe(path: str, abi: str) -> dict[str, Any]:
         record.update(text="the probe product gave wrong values", call="TAPP_execute_product")
         return record
     d[...] = 0
-    record["null_executor"] = int(lib.fn["TAPP_execute_product"](
-        plan.value, 0, None, one.ctypes.data, a.ctypes.data, b.ctypes.data, zero.ctypes.data,
-        None, d.ctypes.data)) == 0 and bool(np.array_equal(d, a @ b))
+    record["null_executor"] = int(lib.fn["TAPP_execute_product"](*lib.args(
+        "TAPP_execute_product", handle.value, plan.value, 0, None, one.ctypes.data,
+        a.ctypes.data, b.ctypes.data, zero.ctypes.data, None, d.ctypes.data))) == 0 and bool(
+        np.array_equal(d, a @ b))
     return record
 
 
