@@ -120,7 +120,12 @@ def compare(number: int, seed: int, ra: dict[str, Any], rb: dict[str, Any], dir_
     inst = CASES[number].make(seed)
     if inst.batched:
         return result(AGREE, "both succeed (batched: values not compared)")
-    da, db = np.load(d_file(dir_a, key)), np.load(d_file(dir_b, key))
+    parent = inst.items[0].d.parent
+    try:
+        da, db = (np.load(d_file(d, key)).view(parent.dtype).reshape(parent.shape)
+                  for d in (dir_a, dir_b))
+    except (OSError, ValueError) as exc:
+        return result(DISAGREE, f"cannot read a side's D: {exc}")
     exp = expected_result(inst, inst.items[0])
     # Each side may be off the exact result by the tolerance: twice that between them.
     close = within_tolerance(da, db.astype(np.complex128), exp.bound, 2 * exp.tol,
@@ -137,6 +142,16 @@ def compare(number: int, seed: int, ra: dict[str, Any], rb: dict[str, Any], dir_
     return result(DISAGREE, f"values differ beyond tolerance at {len(bad)} of {ok.size} "
                             f"elements; first at {first}: A {da[first]} vs B {db[first]} "
                             f"(bound {exp.bound[first]:.3g}, tol {exp.tol:.3g})")
+
+
+def _compare_safely(number: int, seed: int, ra: dict[str, Any], rb: dict[str, Any],
+                    dir_a: str, dir_b: str) -> Comparison:
+    """:func:`compare`, with a failure of the comparison itself reported, never raised."""
+    try:
+        return compare(number, seed, ra, rb, dir_a, dir_b)
+    except Exception as exc:  # a report line, never the end of the run
+        return Comparison(number, seed, DISAGREE,
+                          f"the comparison failed: {type(exc).__name__}: {exc}", ra, rb)
 
 
 def run_differential(a: str, b: str, cases: Sequence[int] | None = None, seeds: int = 20,
@@ -158,7 +173,7 @@ def run_differential(a: str, b: str, cases: Sequence[int] | None = None, seeds: 
                 keys = [f"{number}:{s}" for s in range(seeds)]
                 rec_a = run_keys("instance", a, keys, dir_a, timeout)
                 rec_b = run_keys("instance", b, keys, dir_b, timeout)
-                found = [compare(number, s, rec_a[k], rec_b[k], dir_a, dir_b)
+                found = [_compare_safely(number, s, rec_a[k], rec_b[k], dir_a, dir_b)
                          for s, k in enumerate(keys)]
                 out.comparisons.extend(found)
                 n = {v: sum(1 for c in found if c.verdict == v)
