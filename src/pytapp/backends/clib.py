@@ -163,7 +163,7 @@ class Library:
         if abi not in ABIS:
             raise error_for(
                 ErrorCode.UNSUPPORTED,
-                f"unknown TAPP C ABI {abi!r}; choose one of {', '.join(ABIS)}",
+                f"unknown TAPP C ABI {abi!r}; choose one of {', '.join(ABIS)} or {AUTO!r}",
             )
         try:
             self.dll = ctypes.CDLL(os.path.abspath(path))
