@@ -69,3 +69,14 @@ def test_a_wrong_expectation_fails_the_replay(tmp_path: Path) -> None:
     out = _check("--fixtures", str(tmp_path))
     assert out.returncode == 1
     assert "case18-seed000.json: fail:" in out.stdout
+
+
+def test_a_hanging_library_fails_each_fixture_and_the_replay_ends(tmp_path: Path,
+                                                                  test_library: str) -> None:
+    export(str(tmp_path), cases=[18], seeds=2)
+    out = _check("--fixtures", str(tmp_path), "--library", test_library, "--timeout", "6",
+                 env={"TAPP_BRUTE_FAULT": "hang"})
+    assert out.returncode == 1
+    lines = out.stdout.strip().splitlines()
+    assert sum(": hung: no result within 6 s" in x for x in lines) == 2
+    assert lines[-1] == "0 passed, 2 failed"
