@@ -19,7 +19,8 @@ def build_test_library(variant: str = "") -> str | None:
     """Compile tests/clib/tapp_brute.c with the system C compiler; None without one.
 
     ``variant``: ``""`` (released ABI), ``"MULTI_TAPP"`` (the multi-tapp ABI) or
-    ``"MINIMAL"`` (only the four mandatory symbols).
+    ``"MINIMAL"`` (only the four mandatory symbols), ``"CUTENSOR_BINDINGS"`` or ``"ASYNC"``
+    (see the head of tapp_brute.c).
     """
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -92,3 +93,15 @@ def multi_library() -> str:
 def minimal_library() -> str:
     """The C test library exporting only the four mandatory TAPP symbols."""
     return _variant("MINIMAL")
+
+
+@pytest.fixture(scope="session")
+def cutensor_library() -> str:
+    """The C test library built for the cutensor_bindings ABI."""
+    return _variant("CUTENSOR_BINDINGS")
+
+
+@pytest.fixture(scope="session")
+def async_library() -> str:
+    """The C test library exporting upstream's asynchronous symbols and its name."""
+    return _variant("ASYNC")

@@ -49,7 +49,7 @@ from pytapp.handle import Handle
 from pytapp.numpy_api import einsum, einsum_expression, einsum_path, tensordot, transpose
 from pytapp.precision import Prectype
 from pytapp.product import TensorProduct
-from pytapp.status import Status
+from pytapp.status import Completion, Status
 from pytapp.tensor import TensorInfo
 
 __version__ = "0.1.0"
@@ -62,6 +62,7 @@ __all__ = [
     "Attr",
     "AttributeKeyError",
     "BatchLengthError",
+    "Completion",
     "Datatype",
     "DestroyedError",
     "ElementOp",

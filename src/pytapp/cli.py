@@ -23,9 +23,47 @@ from pytapp.handle import Handle
 
 __all__ = ["main"]
 
+#: The ``--abi`` values (backends.clib.ABIS and "auto"; not imported: clib loads ctypes).
+ABI_CHOICES = ["released", "multi-tapp", "cutensor_bindings", "auto"]
+
+
+def _cmd_info_library(args: argparse.Namespace) -> int:
+    """``pytapp info --library PATH``: what a TAPP C library is, probed in child processes."""
+    from pytapp.backends.clib_probe import describe
+
+    record = describe(args.library, args.abi)
+    if args.json:
+        print(json.dumps(record, indent=2))
+        return 0 if record["probe_ok"] else 1
+    print(f"library: {record['path']}")
+    if record["name"]:
+        print(f"implementation name: {record['name']}")
+    print(f"ABI: {record['abi'] or 'none of ' + ', '.join(p['abi'] for p in record['probes'])}")
+    if record["missing"]:
+        print(f"missing required symbols: {', '.join(record['missing'])}")
+    print(f"optional symbols: {', '.join(record['optional']) or '(none)'}")
+    for probe in record["probes"]:
+        state = "ran the probe product right" if probe.get("ok") else (
+            probe.get("text") or f"returned {probe.get('code')}")
+        ended = "survived" if probe.get("survived") else "did not survive"
+        print(f"probe as {probe['abi']}: {ended}; {state}")
+    if record["null_executor"] is not None:
+        print("NULL executor and status: "
+              + ("accepted" if record["null_executor"] else "refused"))
+    if "TAPP_explain_error" not in record["optional"]:
+        print("error texts: none (the library exports no TAPP_explain_error)")
+        return 0 if record["probe_ok"] else 1
+    print("error texts:")
+    for code, text in record["texts"].items():
+        print(f"  {code:3d}: {text or '(no text)'}")
+    return 0 if record["probe_ok"] else 1
+
 
 def _cmd_info(args: argparse.Namespace) -> int:
     import numpy as np
+
+    if args.library:
+        return _cmd_info_library(args)
 
     rows = []
     for name, (ok, why) in backends.available().items():
@@ -92,9 +130,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown case numbers {unknown}; cases are 1-{max(CASES)}", file=sys.stderr)
         return 2
+    if args.export:
+        return _check_export(args.export, cases, args.seeds)
     backend = f"clib:{args.library}" if args.library else args.backend
     if args.abi:
-        os.environ["PYTAPP_CLIB_ABI"] = args.abi  # children of --isolate inherit it
+        os.environ["PYTAPP_CLIB_ABI"] = args.abi  # children inherit it
+    if args.fixtures:
+        return _check_fixtures(args.fixtures, backend, args.timeout)
+    if args.against:
+        return _check_against(backend, args.against, cases, args.seeds, args.timeout)
     # A C library may crash the process: isolate its cases unless told otherwise.
     isolate = args.isolate if args.isolate is not None else bool(args.library)
     if not isolate:
@@ -106,13 +150,75 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"conformance of backend {backend!r}: {args.seeds} seeds per case"
           + (" (each case in its own process)" if isolate else ""), flush=True)
     if isolate:
-        return _check_isolated(backend, cases or sorted(CASES), args.seeds)
+        return _check_isolated(backend, cases or sorted(CASES), args.seeds, args.timeout)
     summary = run(backend, cases, args.seeds, report=print)
     return 0 if summary.ok else 1
 
 
-def _check_isolated(backend: str, cases: list[int], seeds: int) -> int:
-    """One child process per case: a crashing library fails that case, not the run.
+def _check_export(directory: str, cases: list[int] | None, seeds: int) -> int:
+    """``pytapp check --export DIR``: write the kit's instances as fixture files."""
+    from pytapp.conformance.fixtures import FORMAT, VERSION, export
+
+    index = export(directory, cases, seeds)
+    print(f"wrote {len(index['fixtures'])} fixtures ({FORMAT} version {VERSION}) to "
+          f"{directory}; {len(index['skipped'])} instances left out (see index.json)")
+    return 0
+
+
+def _check_fixtures(directory: str, backend: str, timeout: float) -> int:
+    """``pytapp check --fixtures DIR``: replay fixture files, each judged in a child process."""
+    import tempfile
+    from pathlib import Path
+
+    from pytapp.conformance.isolated import run_keys
+
+    try:
+        index = json.loads((Path(directory) / "index.json").read_text(encoding="utf-8"))
+        names = [str(f["file"]) for f in index["fixtures"]]
+    except (OSError, ValueError, KeyError, TypeError):  # no usable index: every fixture file
+        names = sorted(p.name for p in Path(directory).glob("case*-seed*.json"))
+    if not names:
+        print(f"no fixtures in {directory}; write some with pytapp check --export DIR",
+              file=sys.stderr)
+        return 2
+    print(f"replaying {len(names)} fixtures from {directory} on {backend!r} "
+          "(in child processes)", flush=True)
+    counts = {"pass": 0, "fail": 0, "unsupported": 0}
+
+    def show(key: str, record: dict[str, Any]) -> None:
+        verdict = str(record.get("verdict", "fail"))
+        counts["pass" if verdict == "pass" else
+               "unsupported" if verdict == "unsupported" else "fail"] += 1
+        if verdict != "pass":
+            print(f"  {Path(key).name}: {verdict}: {record.get('text', '')}", flush=True)
+            if record.get("description"):
+                print(f"      {record['description']}", flush=True)
+
+    paths = [str(Path(directory) / n) for n in names]
+    try:
+        with tempfile.TemporaryDirectory(prefix="pytapp-fixtures-") as tmp:
+            run_keys("fixture", backend, paths, tmp, timeout, on_record=show)
+    finally:
+        tail = f", {counts['unsupported']} unsupported" if counts["unsupported"] else ""
+        print(f"{counts['pass']} passed, {counts['fail']} failed{tail}", flush=True)
+    return 0 if counts["fail"] == 0 else 1
+
+
+def _check_against(backend: str, against: str, cases: list[int] | None, seeds: int,
+                   timeout: float) -> int:
+    """``pytapp check --library A --against B``: differential run, case by case."""
+    from pytapp.conformance.differential import backend_for, run_differential
+
+    other = backend_for(against)
+    print(f"differential conformance: A = {backend!r}, B = {other!r}, {seeds} seeds per "
+          "case (each side in child processes)", flush=True)
+    result = run_differential(backend, other, cases, seeds, report=lambda t: print(
+        t, flush=True), timeout=timeout)
+    return 0 if result.ok else 1
+
+
+def _check_isolated(backend: str, cases: list[int], seeds: int, timeout: float) -> int:
+    """One child process per case: a crashing or hanging library fails that case, not the run.
 
     The summary line is printed whatever happened, even when the run is interrupted.
     """
@@ -124,9 +230,16 @@ def _check_isolated(backend: str, cases: list[int], seeds: int) -> int:
     passed = failed = unsupported = 0
     try:
         for number in cases:
-            child = subprocess.run(
-                [sys.executable, "-m", "pytapp", "check", "--no-isolate", "--backend", backend,
-                 "--cases", str(number), "--seeds", str(seeds)], capture_output=True, text=True)
+            try:
+                child = subprocess.run(
+                    [sys.executable, "-m", "pytapp", "check", "--no-isolate", "--backend",
+                     backend, "--cases", str(number), "--seeds", str(seeds)],
+                    capture_output=True, text=True, timeout=timeout * seeds)
+            except subprocess.TimeoutExpired:
+                failed += seeds
+                print(f"case {number:2d} {CASES[number].name:<26} hung (no result within "
+                      f"{timeout * seeds:g} s; killed)", flush=True)
+                continue
             lines = child.stdout.strip().splitlines()
             match = re.match(r"(\d+) passed, (\d+) failed(?:, (\d+) unsupported)?",
                              lines[-1]) if lines else None
@@ -413,6 +526,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--matrix", action="store_true",
                    help="print the backends x features table (Markdown) only")
+    p.add_argument("--library", help="describe a TAPP C library instead: its ABI, optional "
+                                     "symbols, name, error texts (probed in child processes)")
+    p.add_argument("--abi", choices=ABI_CHOICES,
+                   help="C ABI of --library (default: detected by probing each)")
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("explain", help="text of TAPP error codes")
     p.add_argument("codes", nargs="*", help="codes (default: all)")
@@ -422,11 +539,22 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", help="case numbers, e.g. '1-5,12' (default: all)")
     p.add_argument("--seeds", type=int, default=20, help="random instances per case")
     p.add_argument("--library", help="check a C library exporting the TAPP C API (clib)")
-    p.add_argument("--abi", choices=["released", "multi-tapp"],
-                   help="C ABI of --library (default: released)")
+    p.add_argument("--abi", choices=ABI_CHOICES,
+                   help="C ABI of --library (default: released; auto: detected by a probe)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run every case in a child process, so a crash is reported as that "
                         "case's failure (default: on with --library, off otherwise)")
+    p.add_argument("--against", metavar="B",
+                   help="differential run: compare --library (or --backend) with B, "
+                        "'pytapp' (pytapp's reference backend), a C library path or a "
+                        "backend name; prints 'N agree, M disagree, K unsupported'")
+    p.add_argument("--export", metavar="DIR",
+                   help="write the kit's instances as fixture files (docs/fixtures.md)")
+    p.add_argument("--fixtures", metavar="DIR",
+                   help="replay fixture files from DIR against --library or --backend")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one instance may run in a child before it counts as hung "
+                        "(default 120)")
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("plan", help="show the plan of a product: candidates, predicted times")
     p.add_argument("expr", help="einsum-style expression, e.g. 'ijql,kq->ijkl'")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask.array as da
@@ -393,6 +394,8 @@ class DaskRunner:
     def __init__(self, client: Any, chunk_bytes: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> None:
         self.client, self.progress = client, progress
+        #: The pytapp Executor this runner serves (its ``blocking`` flag and pending list).
+        self.executor: Any = None
         self.chunk_bytes = chunk_bytes if chunk_bytes is not None else worker_chunk_bytes(client)
 
     def execute(self, product: Any, alpha: Any, a: Any, b: Any, beta: Any, c: Any,
@@ -426,13 +429,27 @@ class DaskRunner:
                           op_a=spec.a.op, op_b=spec.b.op, op_c=spec.c.op, op_d=spec.d.op,
                           prec=spec.prec, allow_broadcast=spec.allow_broadcast,
                           backend=product.backend_name, chunk_bytes=self.chunk_bytes)
-        store(result, d, self.client, self.progress)
-        return Status(backend=f"dask:{product.backend_name}", algorithm="blockwise TAPP plans",
-                      flops=spec.flops)
+        fields: dict[str, Any] = {"backend": f"dask:{product.backend_name}",
+                                  "algorithm": "blockwise TAPP plans", "flops": spec.flops}
+        if self.executor is None or self.executor.blocking:
+            store(result, d, self.client, self.progress)
+            return Status(**fields)
+        # Non-blocking: the operands are checked; the blocks are computed and written by a
+        # background thread, and the Status reports completion and the error, if any.
+        status = Status.pending(_BACKGROUND.submit(store, result, d, self.client,
+                                                   self.progress), **fields)
+        self.executor.track(status)
+        return status
+
+
+#: Writes D's blocks for non-blocking executions (one at a time, in submission order).
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytapp-dask")
 
 
 def _runner(executor: Any) -> DaskRunner:
-    return DaskRunner(executor.dask, progress=getattr(executor, "progress", None))
+    runner = DaskRunner(executor.dask, progress=getattr(executor, "progress", None))
+    runner.executor = executor
+    return runner
 
 
 register_runner("dask", _runner)

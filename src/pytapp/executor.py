@@ -10,6 +10,7 @@ Examples
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 
 from pytapp.attributes import Attr, TappObject
 from pytapp.errors import ErrorCode, error_for
+from pytapp.status import Completion
 
 __all__ = ["Executor", "default_memory_limit", "register_runner", "runner_for", "thread_scope"]
 
@@ -103,6 +105,11 @@ class Executor(TappObject):
         cluster (:mod:`pytapp.dask`) and streams D's blocks into D.
     progress
         With ``dask``: ``progress(done, total)`` after each block of D is written.
+    blocking
+        With ``dask``: ``False`` makes ``execute`` return as soon as the operands are checked;
+        the returned :class:`~pytapp.Status` reports completion and errors
+        (``check_completion``, ``wait``), and :meth:`wait` waits for every such execution.
+        Executors that run in this process are synchronous whatever this says.
 
     Raises
     ------
@@ -134,6 +141,7 @@ class Executor(TappObject):
         autotune: bool = False,
         dask: Any = None,
         progress: Callable[[int, int], None] | None = None,
+        blocking: bool = True,
     ) -> None:
         super().__init__()
         self.handle = handle
@@ -143,6 +151,10 @@ class Executor(TappObject):
         #: The ``distributed.Client`` products run on (``None``: this process).
         self.dask = dask
         self.progress = progress
+        #: Whether ``execute`` on a cluster waits for the result (see ``blocking`` above).
+        self.blocking = bool(blocking)
+        self._pending: list[Any] = []
+        self._pending_lock = threading.Lock()
         self._memory_limit = None
         self.set_attr(Attr.NUM_THREADS, threads)
         self.set_attr(Attr.DEVICE, device)
@@ -193,6 +205,38 @@ class Executor(TappObject):
     def autotune(self) -> bool:
         """Whether ``auto`` may time candidate backends."""
         return bool(self._autotune)
+
+    def track(self, status: Any) -> None:
+        """Remember an execution still running on this executor, for :meth:`wait`."""
+        with self._pending_lock:
+            # Completed ones are forgotten; failed ones stay until wait() reports them.
+            self._pending = [s for s in self._pending
+                             if s.check_completion() is not Completion.COMPLETE]
+            self._pending.append(status)
+
+    def wait(self) -> None:
+        """Block until every execution submitted to this executor is complete.
+
+        Raises
+        ------
+        TappError
+            The error of the first execution (in submission order) that failed, once all
+            are done; each execution's own Status also reports its error.
+
+        Examples
+        --------
+        >>> Executor().wait()  # nothing submitted: returns at once
+        """
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        first: BaseException | None = None
+        for status in pending:
+            try:
+                status.wait()
+            except BaseException as exc:  # every execution is waited for before raising
+                first = first or exc
+        if first is not None:
+            raise first
 
     def __repr__(self) -> str:
         return (

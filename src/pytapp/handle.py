@@ -46,8 +46,9 @@ class Handle(TappObject):
         Path of a shared library exporting the TAPP C API (backend ``'clib'``; default
         ``PYTAPP_LIBRARY``).
     abi
-        The C ABI of that library: ``'released'`` (default, or ``PYTAPP_CLIB_ABI``) or
-        ``'multi-tapp'``.
+        The C ABI of that library: ``'released'`` (default, or ``PYTAPP_CLIB_ABI``),
+        ``'multi-tapp'``, ``'cutensor_bindings'``, or ``'auto'`` (detected by a probe run in a
+        child process).
     allow_broadcast
         Default of the ALLOW_BROADCAST attribute for products created through this handle.
 

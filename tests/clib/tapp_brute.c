@@ -4,9 +4,15 @@
  * Other datatypes and precisions return code 18 ("not supported"), with a text.
  *
  * ABI: the released TAPP C API by default. Built with -DTAPP_MULTI_TAPP it follows the
- * "multi-tapp" variant instead (TAPP_create_handle takes a library id; executors and tensor
- * infos are created with the handle). Built with -DTAPP_MINIMAL it exports only the four
- * mandatory functions (no executor, no destroy functions, no explain_error).
+ * "multi-tapp" branch of the reference instead (TAPP_create_handle takes a library id; every
+ * other call takes the handle: second for tensor infos, products, execute, status,
+ * explain_error; last for executors). Built with -DTAPP_MINIMAL it exports only the four
+ * mandatory functions (no executor, no destroy functions, no explain_error). Built with
+ * -DTAPP_CUTENSOR_BINDINGS it follows the cutensor_bindings branch (TAPP_create_tensor_info takes
+ * the handle second; TAPP_attr_get returns through void**). Built with -DTAPP_ASYNC it also
+ * exports upstream's proposed asynchronous symbols (TAPP_executor_wait,
+ * TAPP_executor_get_status, TAPP_status_check_completion, TAPP_status_get_error) with real
+ * status objects, and TAPP_implementation_name.
  *
  * Like the official reference, a product keeps the *handles* of its tensor infos and reads
  * them at every execute; an info destroyed before its product makes execute return 99 (a
@@ -18,11 +24,19 @@
  *   TAPP_BRUTE_FAULT=unknown_code   execute returns 4242, which has no text
  *   TAPP_BRUTE_FAULT=no_text        execute returns 77 and explain_error writes nothing
  *   TAPP_BRUTE_FAULT=crash          execute dereferences NULL
+ *   TAPP_BRUTE_FAULT=hang           execute never returns
+ *   TAPP_BRUTE_FAULT=wrong          execute adds 1 to every element of D (wrong values)
+ *   TAPP_BRUTE_FAULT=explain_crash  explain_error dereferences NULL for code 30 (as the
+ *                                   official reference does for codes without text)
+ *   TAPP_BRUTE_FAULT=write_then_fail  execute writes D (every element 1234) and returns 15
+ *   TAPP_BRUTE_FAULT=async_fail     (TAPP_ASYNC) execute returns 0, writes D, and its status
+ *                                   reports FAILED with error 15
  */
 #include <complex.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int TAPP_error;
 typedef intptr_t TAPP_handle, TAPP_executor, TAPP_status, TAPP_tensor_info,
@@ -33,6 +47,15 @@ typedef int TAPP_datatype, TAPP_prectype, TAPP_element_op;
 #define OPTIONAL static __attribute__((unused))
 #else
 #define OPTIONAL
+#endif
+
+/* The multi-tapp branch passes the handle as the second argument of most calls. */
+#ifdef TAPP_MULTI_TAPP
+#define HANDLE_ARG , TAPP_handle handle_arg
+#define UNUSED_HANDLE (void)handle_arg
+#else
+#define HANDLE_ARG
+#define UNUSED_HANDLE
 #endif
 
 enum { F64 = 1, C64 = 3, DEFAULT_PREC = -1, F64_PREC = 1 };
@@ -77,8 +100,13 @@ static const char *fault(void) {
     return f ? f : "";
 }
 
-OPTIONAL size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *message) {
+OPTIONAL size_t TAPP_explain_error(TAPP_error error HANDLE_ARG, size_t maxlen, char *message) {
     const char *text;
+    UNUSED_HANDLE;
+    if (error == 30 && strcmp(fault(), "explain_crash") == 0) {
+        volatile int *nothing = NULL;
+        *nothing = 1;
+    }
     switch (error) {
     case 0: text = "Success."; break;
     case 4: text = "Tensor D has indices not shared with tensor A or B."; break;
@@ -86,6 +114,7 @@ OPTIONAL size_t TAPP_explain_error(TAPP_error error, size_t maxlen, char *messag
     case 14: text = "Extents can not be negative."; break;
     case 18: text = "Only F64 and C64 data with default or F64 precision are supported."; break;
     case 99: text = "A tensor info of this product was destroyed before the product."; break;
+    case 15: text = "The brute library failed after writing D (fault injection)."; break;
     case 4242: text = ""; break;
     case 77: text = ""; break;
     default: text = "Unknown error."; break;
@@ -134,7 +163,54 @@ OPTIONAL TAPP_error TAPP_destroy_executor(TAPP_executor exec) {
     live[1]--;
     return 0;
 }
-OPTIONAL TAPP_error TAPP_destroy_status(TAPP_status status) { (void)status; return 0; }
+#ifdef TAPP_ASYNC
+/* A status records the outcome of one execution: 1 complete, 2 failed, with its error. */
+typedef struct { int completion, error; } status_t;
+static status_t *last_status;
+static TAPP_status new_status(int error) {
+    status_t *s = malloc(sizeof(status_t));
+    s->completion = error ? 2 : 1;
+    s->error = error;
+    last_status = s;
+    return (TAPP_status)s;
+}
+TAPP_error TAPP_destroy_status(TAPP_status status) {
+    if (last_status == (status_t *)status) last_status = NULL;
+    free((void *)status);
+    return 0;
+}
+TAPP_error TAPP_status_check_completion(TAPP_status status, int *completion, int *error) {
+    const status_t *s = (const status_t *)status;
+    if (completion) *completion = s->completion;
+    if (error) *error = s->error;
+    return 0;
+}
+TAPP_error TAPP_status_get_error(TAPP_status status) { return ((status_t *)status)->error; }
+TAPP_error TAPP_executor_wait(TAPP_executor exec) { (void)exec; return 0; }
+TAPP_error TAPP_executor_get_status(TAPP_executor exec, TAPP_status *status) {
+    (void)exec;
+    *status = new_status(last_status ? last_status->error : 0);
+    return 0;
+}
+const char *TAPP_implementation_name(void) { return "tapp_brute (pytapp test library)"; }
+#else
+OPTIONAL TAPP_error TAPP_destroy_status(TAPP_status status HANDLE_ARG) {
+    UNUSED_HANDLE;
+    (void)status;
+    return 0;
+}
+#endif
+
+#ifdef TAPP_CUTENSOR_BINDINGS
+/* Attributes of any object: key 1 only, read through void** (the cutensor_bindings form). */
+static int attr_one = 7;
+TAPP_error TAPP_attr_get(intptr_t attr, int key, void **value) {
+    (void)attr;
+    if (key != 1) return 18;
+    *value = &attr_one;
+    return 0;
+}
+#endif
 
 static int64_t *copy64(const int64_t *src, int n) {
     int64_t *dst = malloc(sizeof(int64_t) * (n > 0 ? n : 1));
@@ -142,7 +218,7 @@ static int64_t *copy64(const int64_t *src, int n) {
     return dst;
 }
 
-#ifdef TAPP_MULTI_TAPP
+#if defined(TAPP_MULTI_TAPP) || defined(TAPP_CUTENSOR_BINDINGS)
 TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_handle handle,
                                    TAPP_datatype type, int nmode, const int64_t *extents,
                                    const int64_t *strides) {
@@ -164,8 +240,9 @@ TAPP_error TAPP_create_tensor_info(TAPP_tensor_info *info, TAPP_datatype type, i
     return 0;
 }
 
-OPTIONAL TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info) {
+OPTIONAL TAPP_error TAPP_destroy_tensor_info(TAPP_tensor_info info HANDLE_ARG) {
     info_t *t = (info_t *)info;
+    UNUSED_HANDLE;
     info_died(t);
     free(t->extents);
     free(t->strides);
@@ -210,8 +287,9 @@ TAPP_error TAPP_create_tensor_product(TAPP_tensor_product *plan, TAPP_handle han
     return 0;
 }
 
-OPTIONAL TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan) {
+OPTIONAL TAPP_error TAPP_destroy_tensor_product(TAPP_tensor_product plan HANDLE_ARG) {
     product_t *p = (product_t *)plan;
+    UNUSED_HANDLE;
     for (int k = 0; k < 4; k++) free(p->idx[k]);
     free(p);
     live[3]--;
@@ -228,20 +306,29 @@ static int64_t offset(const product_t *p, int k, const int64_t *labels, const in
     return off;
 }
 
-TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
+TAPP_error TAPP_execute_product(TAPP_tensor_product plan HANDLE_ARG, TAPP_executor exec,
                                 TAPP_status *status, const void *alpha, const void *A,
                                 const void *B, const void *beta, const void *C, void *D) {
     (void)exec;
+    UNUSED_HANDLE;
     if (strcmp(fault(), "unknown_code") == 0) return 4242;
     if (strcmp(fault(), "no_text") == 0) return 77;
     if (strcmp(fault(), "crash") == 0) {
         volatile int *nothing = NULL;
         *nothing = 1;
     }
+    while (strcmp(fault(), "hang") == 0) sleep(1);
     const product_t *p = (const product_t *)plan;
     for (int k = 0; k < 4; k++)
         if (!info_alive(p->info[k])) return 99;
+    int fail_after = strcmp(fault(), "write_then_fail") == 0;
+#ifdef TAPP_ASYNC
+    int status_fails = strcmp(fault(), "async_fail") == 0;
+    fail_after |= status_fails;
+    if (status) *status = new_status(status_fails ? 15 : 0);
+#else
     if (status) *status = 0;
+#endif
     /* distinct labels: those of D first (output space), then the summed ones */
     int64_t labels[256], extent[256];
     int nd = 0, n = 0;
@@ -290,8 +377,15 @@ TAPP_error TAPP_execute_product(TAPP_tensor_product plan, TAPP_executor exec,
         }
         if (p->op[3]) acc = conj(acc);
         int64_t od = offset(p, 3, labels, values, nd);
+        if (fail_after) acc = 1234;
+        if (strcmp(fault(), "wrong") == 0) acc += 1;
         if (p->is_complex) ((double complex *)D)[od] = acc;
         else ((double *)D)[od] = creal(acc);
     }
+#ifdef TAPP_ASYNC
+    if (fail_after && !status_fails) return 15;
+#else
+    if (fail_after) return 15;
+#endif
     return 0;
 }

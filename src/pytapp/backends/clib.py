@@ -1,15 +1,25 @@
 """The ``clib`` backend: a ctypes bridge to any shared library exporting the TAPP C API.
 
-The bridge speaks the **released** TAPP C ABI (SPEC section 8; the headers of the official
-reference implementation) by default. The in-flight "multi-tapp" variant, whose
-``TAPP_create_handle`` takes a library id and whose executor and tensor-info constructors take
-the handle, is used only when asked for: ``Handle("clib", library=PATH, abi="multi-tapp")`` or
-the environment variable ``PYTAPP_CLIB_ABI=multi-tapp``.
+The bridge speaks every TAPP C ABI in circulation (SPEC section 8):
+
+- ``released`` (the default): the headers of the official reference implementation;
+- ``multi-tapp``: ``TAPP_create_handle`` takes a library id; executors and tensor infos are
+  created with the handle;
+- ``cutensor_bindings``: ``TAPP_create_tensor_info(info, handle, type, nmode, extents,
+  strides)`` takes the handle second, and ``TAPP_attr_get`` returns through ``void**``;
+- ``auto``: the ABI is detected by a probe call run in a child process for each candidate
+  (:func:`detect`), so a wrong guess crashes the child, never the caller.
+
+Choose with ``Handle("clib", library=PATH, abi=...)`` or the environment variable
+``PYTAPP_CLIB_ABI``.
 
 Only ``TAPP_create_handle``, ``TAPP_create_tensor_info``, ``TAPP_create_tensor_product`` and
-``TAPP_execute_product`` are required; every other symbol is optional (no executor is passed
-when ``TAPP_create_executor`` is missing, objects are not destroyed when their destroy function
-is missing, codes are reported without text when ``TAPP_explain_error`` is missing).
+``TAPP_execute_product`` are required; every other symbol is optional (:data:`OPTIONAL`): no
+executor is passed when ``TAPP_create_executor`` is missing, objects are not destroyed when
+their destroy function is missing, codes are reported without text when
+``TAPP_explain_error`` is missing. When the library exports the asynchronous symbols of
+upstream's proposal, the bridge waits on the executor (``TAPP_executor_wait``) and asks the
+status (``TAPP_status_check_completion``) before it reports the execution complete.
 
 Lifetimes follow the official reference, which keeps the *handles* of the tensor infos inside a
 product and reads them at every execute: the infos of a product live exactly as long as that
@@ -21,7 +31,10 @@ C handle.
 pytapp validates every product itself before the library sees it (so codes are those of SPEC
 section 5 whatever the library checks) and binds the data with its bounds checks. Codes 1-14
 returned by the library keep their TAPP meaning; any other code is the library's own and is
-reported as error 18 with its number and the library's text.
+reported as error 18 with its number and the library's text. An error never changes D: the
+bytes of D's elements are saved before each call and restored when the library fails after
+writing them (one copy of D per execute). With ``alpha == 0`` the library is not called: A and
+B are not read (SPEC section 1), D = op_D(beta op_C(C)).
 
 Select it with ``Handle("clib", library=PATH)``, ``Handle("clib:PATH")`` or the environment
 variable ``PYTAPP_LIBRARY``.
@@ -41,18 +54,31 @@ import numpy as np
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.base import Capabilities
+from pytapp.datatypes import ElementOp
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
-__all__ = ["ABIS", "ClibBackend", "ClibPlan", "Library", "Session", "library"]
+__all__ = ["ABIS", "AUTO", "OPTIONAL", "REQUIRED", "ClibBackend", "ClibPlan", "Library",
+           "Session", "library"]
 
 #: C ABIs the bridge speaks; the first is the default.
-ABIS = ("released", "multi-tapp")
+ABIS = ("released", "multi-tapp", "cutensor_bindings")
+#: The ``abi`` value that asks for detection (:func:`detect`).
+AUTO = "auto"
 #: The symbols every TAPP library must export.
 REQUIRED = ("TAPP_create_handle", "TAPP_create_tensor_info", "TAPP_create_tensor_product",
             "TAPP_execute_product")
+#: Optional symbols the bridge uses when a library exports them.
+OPTIONAL = ("TAPP_destroy_handle", "TAPP_create_executor", "TAPP_destroy_executor",
+            "TAPP_destroy_tensor_info", "TAPP_destroy_tensor_product", "TAPP_destroy_status",
+            "TAPP_explain_error", "TAPP_check_success", "TAPP_execute_batched_product",
+            "TAPP_attr_set", "TAPP_attr_get", "TAPP_attr_clear", "TAPP_executor_get_status",
+            "TAPP_executor_wait", "TAPP_status_check_completion", "TAPP_status_get_error",
+            "TAPP_implementation_name")
+#: Completion values of ``TAPP_status_check_completion`` (upstream's status.h proposal).
+_INCOMPLETE, _COMPLETE, _FAILED = 0, 1, 2
 #: Most C products (one per distinct operand layout) a plan keeps; older ones are destroyed.
 MAX_PRODUCTS = 8
 
@@ -67,16 +93,38 @@ def _int64s(values: Sequence[int]) -> Any:
     return (ctypes.c_int64 * max(len(values), 1))(*values)
 
 
+#: Functions that take the handle as their second argument in the multi-tapp ABI (its branch of
+#: the reference: every call names the library through its handle).
+_HANDLE_SECOND = frozenset({
+    "TAPP_destroy_tensor_info", "TAPP_destroy_tensor_product", "TAPP_execute_product",
+    "TAPP_destroy_status", "TAPP_explain_error", "TAPP_check_success", "TAPP_attr_set",
+    "TAPP_attr_get", "TAPP_attr_clear"})
+
+
 def _signatures(abi: str) -> dict[str, tuple[list[Any], Any]]:
     """(argtypes, restype) of every TAPP symbol in ``abi``."""
+    table = _released_signatures(abi)
+    if abi == "multi-tapp":
+        for name in _HANDLE_SECOND:
+            argtypes, restype = table[name]
+            table[name] = ([argtypes[0], _obj, *argtypes[1:]], restype)
+    return table
+
+
+def _released_signatures(abi: str) -> dict[str, tuple[list[Any], Any]]:
+    """Return the signatures with the handle where the released ABI (or ``abi``) has it."""
     multi = abi == "multi-tapp"
+    info_handle = abi in ("multi-tapp", "cutensor_bindings")
+    # The released attributes.h declares attr_get(attr, key, void* value); cutensor_bindings
+    # returns the value through void** (both are one pointer-sized argument in the C ABI).
+    attr_value = ctypes.POINTER(_ptr) if abi == "cutensor_bindings" else _ptr
     return {
         "TAPP_create_handle": ([ctypes.c_uint64, _objp] if multi else [_objp], _int),
         "TAPP_destroy_handle": ([_obj], _int),
         "TAPP_create_executor": ([_objp, _obj] if multi else [_objp], _int),
         "TAPP_destroy_executor": ([_obj, _obj] if multi else [_obj], _int),
         "TAPP_create_tensor_info": (
-            [_objp, *([_obj] if multi else []), _int, _int, _i64p, _i64p], _int),
+            [_objp, *([_obj] if info_handle else []), _int, _int, _i64p, _i64p], _int),
         "TAPP_destroy_tensor_info": ([_obj], _int),
         "TAPP_create_tensor_product": (
             [_objp, _obj, _int, _obj, _i64p, _int, _obj, _i64p, _int, _obj, _i64p, _int, _obj,
@@ -85,6 +133,16 @@ def _signatures(abi: str) -> dict[str, tuple[list[Any], Any]]:
         "TAPP_execute_product": ([_obj, _obj, _objp, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
         "TAPP_destroy_status": ([_obj], _int),
         "TAPP_explain_error": ([_int, ctypes.c_size_t, ctypes.c_char_p], ctypes.c_size_t),
+        "TAPP_check_success": ([_int], ctypes.c_bool),
+        "TAPP_attr_set": ([_obj, _int, _ptr], _int),
+        "TAPP_attr_get": ([_obj, _int, attr_value], _int),
+        "TAPP_attr_clear": ([_obj, _int], _int),
+        "TAPP_executor_get_status": ([_obj, _objp], _int),
+        "TAPP_executor_wait": ([_obj], _int),
+        "TAPP_status_check_completion": (
+            [_obj, ctypes.POINTER(_int), ctypes.POINTER(_int)], _int),
+        "TAPP_status_get_error": ([_obj], _int),
+        "TAPP_implementation_name": ([], ctypes.c_char_p),
     }
 
 
@@ -105,7 +163,7 @@ class Library:
         if abi not in ABIS:
             raise error_for(
                 ErrorCode.UNSUPPORTED,
-                f"unknown TAPP C ABI {abi!r}; choose one of {', '.join(ABIS)}",
+                f"unknown TAPP C ABI {abi!r}; choose one of {', '.join(ABIS)} or {AUTO!r}",
             )
         try:
             self.dll = ctypes.CDLL(os.path.abspath(path))
@@ -132,19 +190,38 @@ class Library:
         """Whether the library exports ``name``."""
         return self.fn.get(name) is not None
 
-    def explain(self, code: int) -> str:
+    def optional_symbols(self) -> list[str]:
+        """Return the optional TAPP symbols (:data:`OPTIONAL`) this library exports."""
+        return [n for n in OPTIONAL if hasattr(self.dll, n)]
+
+    def implementation_name(self) -> str:
+        """``TAPP_implementation_name()`` when exported (a non-standard extension), else ""."""
+        if not self.has("TAPP_implementation_name"):
+            return ""
+        with self.lock:
+            raw = self.fn["TAPP_implementation_name"]()
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def args(self, name: str, handle: int, *args: Any) -> tuple[Any, ...]:
+        """Return the arguments of ``name`` with the handle where this ABI wants it."""
+        if self.abi == "multi-tapp" and name in _HANDLE_SECOND:
+            return (args[0], handle, *args[1:])
+        return args
+
+    def explain(self, code: int, handle: int = 0) -> str:
         """Return the library's text for ``code`` ("" when it has none)."""
         if not self.has("TAPP_explain_error"):
             return ""
         buf = ctypes.create_string_buffer(512)
-        n = int(self.fn["TAPP_explain_error"](int(code), len(buf), buf))
+        n = int(self.fn["TAPP_explain_error"](
+            *self.args("TAPP_explain_error", handle, int(code), len(buf), buf)))
         return buf.value[: max(0, min(n, len(buf) - 1))].decode("utf-8", "replace").strip()
 
-    def check(self, code: int, call: str) -> None:
+    def check(self, code: int, call: str, handle: int = 0) -> None:
         """Raise the TappError for a non-zero code returned by ``call``."""
         if code == 0:
             return
-        text = self.explain(code) or (
+        text = self.explain(code, handle) or (
             "the library gave no explanation for this code" if self.has("TAPP_explain_error")
             else "the library exports no TAPP_explain_error")
         # Codes 1-14 mean the same in every TAPP implementation; any other code is the
@@ -155,17 +232,17 @@ class Library:
         err.library_code = code  # type: ignore[attr-defined]
         raise err
 
-    def call(self, name: str, *args: Any) -> None:
+    def call(self, name: str, *args: Any, handle: int = 0) -> None:
         """Call entry point ``name`` under the library lock; raise on a non-zero code."""
         with self.lock:
-            code = self.fn[name](*args)
-        self.check(int(code), name)
+            code = self.fn[name](*self.args(name, handle, *args))
+        self.check(int(code), name, handle)
 
-    def destroy(self, name: str, *args: Any) -> None:
+    def destroy(self, name: str, *args: Any, handle: int = 0) -> None:
         """Call an optional destroy function; its failure is ignored (nothing to recover)."""
         if self.has(name):
             with self.lock:
-                self.fn[name](*args)
+                self.fn[name](*self.args(name, handle, *args))
 
 
 _LIBRARIES: dict[tuple[str, str], Library] = {}
@@ -232,11 +309,11 @@ class Session:
 def _destroy_products(lib: Library, products: dict[Any, tuple[int, list[int]]],
                       session: Session) -> None:
     """Destroy every product, then its infos (the product may read them until destroyed)."""
-    del session  # kept alive until now: the C handle outlives the products
-    for plan, infos in products.values():
-        lib.destroy("TAPP_destroy_tensor_product", plan)
+    handle = session.handle  # the session is kept alive until now: the C handle outlives
+    for plan, infos in products.values():  # the products
+        lib.destroy("TAPP_destroy_tensor_product", plan, handle=handle)
         for info in infos:
-            lib.destroy("TAPP_destroy_tensor_info", info)
+            lib.destroy("TAPP_destroy_tensor_info", info, handle=handle)
     products.clear()
 
 
@@ -264,7 +341,8 @@ class ClibPlan:
 
     def _info(self, op: OperandSpec, strides: Sequence[int]) -> int:
         info = _obj(0)
-        head = [self.session.handle] if self.lib.abi == "multi-tapp" else []
+        head = [self.session.handle] if self.lib.abi in ("multi-tapp", "cutensor_bindings") \
+            else []
         self.lib.call("TAPP_create_tensor_info", ctypes.byref(info), *head, int(op.datatype),
                       len(op.modes.extents), _int64s(op.modes.extents), _int64s(strides))
         return int(info.value)
@@ -286,17 +364,17 @@ class ClibPlan:
             for op, info, lab in zip(spec.operands, infos, labels, strict=True):
                 args += [int(op.op), info, lab]
             args.append(int(spec.prec))
-            lib.call("TAPP_create_tensor_product", *args)
+            lib.call("TAPP_create_tensor_product", *args, handle=self.session.handle)
         except BaseException:
             for info in infos:
-                lib.destroy("TAPP_destroy_tensor_info", info)
+                lib.destroy("TAPP_destroy_tensor_info", info, handle=self.session.handle)
             raise
         self._products[strides] = (int(plan.value), infos)
         while len(self._products) > MAX_PRODUCTS:
             old, old_infos = self._products.popitem(last=False)[1]
-            lib.destroy("TAPP_destroy_tensor_product", old)
+            lib.destroy("TAPP_destroy_tensor_product", old, handle=self.session.handle)
             for info in old_infos:
-                lib.destroy("TAPP_destroy_tensor_info", info)
+                lib.destroy("TAPP_destroy_tensor_info", info, handle=self.session.handle)
         return int(plan.value)
 
     @staticmethod
@@ -304,9 +382,18 @@ class ClibPlan:
         return tuple(s // x.itemsize for s in x.strides)
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
-        """Call ``TAPP_execute_product`` with pointers to element [0, ..., 0]."""
+        """Call ``TAPP_execute_product`` with pointers to element [0, ..., 0].
+
+        D's elements are saved first and restored if the library reports an error (through
+        its return code or, for asynchronous libraries, through the status), so an error
+        never changes D. With ``alpha == 0`` the library is not called (SPEC section 1).
+        """
         spec, lib = self.spec, self.lib
         status = Status(backend="clib", algorithm=self.algorithm, flops=spec.flops)
+        if bound.alpha == 0:
+            _beta_term(bound, spec)
+            status.algorithm = "alpha == 0: beta op_C(C) without the library"
+            return status
         c = bound.c if bound.c is not None else bound.d
         views = (bound.a, bound.b, c, bound.d)
         dtype = spec.d.datatype.numpy_dtype
@@ -314,16 +401,47 @@ class ClibPlan:
         beta = np.array(0 if bound.c is None else bound.beta, dtype=dtype)
         ptr = [int(v.__array_interface__["data"][0]) for v in views]
         c_ptr = None if bound.c is None else ptr[2]
+        handle = self.session.handle
+        saved = bound.d.copy()  # what the library may write, restored if it then fails
+        status.bytes_copied = saved.nbytes
         st = _obj(0)
         with lib.lock:
             plan = self._product(tuple(self._strides(v) for v in views))
-            code = lib.fn["TAPP_execute_product"](
-                plan, self.session.executor, ctypes.byref(st), alpha.ctypes.data, ptr[0],
-                ptr[1], beta.ctypes.data, c_ptr, ptr[3])
-        lib.check(int(code), "TAPP_execute_product")
-        if st.value:
-            lib.destroy("TAPP_destroy_status", st.value)
+            code = int(lib.fn["TAPP_execute_product"](*lib.args(
+                "TAPP_execute_product", handle, plan, self.session.executor, ctypes.byref(st),
+                alpha.ctypes.data, ptr[0], ptr[1], beta.ctypes.data, c_ptr, ptr[3])))
+            if code == 0:
+                code = self._finish(int(st.value))
+            if st.value:
+                lib.destroy("TAPP_destroy_status", st.value, handle=handle)
+        if code != 0:
+            np.copyto(bound.d, saved)
+            lib.check(code, "TAPP_execute_product", handle)
         return status
+
+    def _finish(self, status: int) -> int:
+        """Wait for an asynchronous library; return the execution's error code (0: success).
+
+        Called under the library lock, only when the library exports the asynchronous
+        symbols: ``TAPP_executor_wait`` (D may be read only after it), then
+        ``TAPP_status_check_completion`` on the execution's status.
+        """
+        lib, executor = self.lib, self.session.executor
+        if executor and lib.has("TAPP_executor_wait"):
+            code = int(lib.fn["TAPP_executor_wait"](executor))
+            if code != 0:
+                return code
+        if status and lib.has("TAPP_status_check_completion"):
+            completion, error = _int(_COMPLETE), _int(0)
+            code = int(lib.fn["TAPP_status_check_completion"](
+                status, ctypes.byref(completion), ctypes.byref(error)))
+            if code != 0:
+                return code
+            if completion.value == _FAILED:
+                return int(error.value) or _library_error(lib, status)
+            if completion.value == _INCOMPLETE:  # waited for, yet not done: not TAPP's rules
+                return int(ErrorCode.UNSUPPORTED)
+        return 0
 
     def release(self) -> None:
         """Destroy every C product, then its infos (idempotent)."""
@@ -333,6 +451,36 @@ class ClibPlan:
     def live_products(self) -> int:
         """How many C products this plan holds."""
         return len(self._products)
+
+
+def _library_error(lib: Library, status: int) -> int:
+    """Return a failed execution's code from ``TAPP_status_get_error`` (18 if none)."""
+    if lib.has("TAPP_status_get_error"):
+        code = int(lib.fn["TAPP_status_get_error"](status))
+        if code:
+            return code
+    return int(ErrorCode.UNSUPPORTED)
+
+
+def _beta_term(bound: BoundProduct, spec: ContractionSpec) -> None:
+    """D = op_D(beta op_C(C)), or +0 when C is not read: the product with ``alpha == 0``.
+
+    Computed in NumPy without the library, which might read A and B (the official reference
+    multiplies by alpha, so NaN in A would reach D).
+    """
+    d = bound.d
+    if bound.c is None:
+        d[...] = 0
+        return
+    c = bound.c
+    if spec.c.op == ElementOp.CONJUGATE:
+        c = np.conjugate(c)
+    value = np.multiply(bound.beta, c)
+    if spec.d.op == ElementOp.CONJUGATE:
+        value = np.conjugate(value)
+    if d.dtype.kind != "c" and np.iscomplexobj(value):
+        value = value.real  # a complex value stored in a real D keeps its real part
+    np.copyto(d, value, casting="unsafe")
 
 
 class ClibBackend:
@@ -347,13 +495,19 @@ class ClibBackend:
 
     def __init__(self, library: str | None = None, abi: str | None = None) -> None:
         self.library = library or os.environ.get("PYTAPP_LIBRARY", "")
+        #: The ABI asked for: one of :data:`ABIS`, or :data:`AUTO` (detected on first use).
         self.abi = abi or os.environ.get("PYTAPP_CLIB_ABI", "") or ABIS[0]
         self._session: Session | None = None
         self._lock = threading.Lock()
 
     def lib(self) -> Library:
-        """Return the loaded library (loaded once per path and ABI)."""
-        return library(self.library, self.abi)
+        """Return the loaded library (loaded once per path and ABI; ``auto`` probes first)."""
+        abi = self.abi
+        if abi == AUTO and self.library:
+            from pytapp.backends.clib_probe import detect
+
+            abi = self.abi = detect(os.path.abspath(self.library))
+        return library(self.library, abi)
 
     def session(self) -> Session:
         """Return this backend's C handle and executor (created on first use)."""
