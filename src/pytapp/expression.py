@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import OrderedDict
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from pytapp import wisdom
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
 from pytapp.contraction import backend_name, shared_handle
 from pytapp.datatypes import (
@@ -44,17 +46,11 @@ __all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call"
 #: Most expressions :func:`cached_expression` keeps.
 EXPRESSION_CACHE_SIZE = 128
 
-#: Backends an ``auto`` expression times on its whole network, in this order.
+#: Backends an ``auto`` expression may time on its whole network, besides per-step ``auto``.
 NETWORK_CANDIDATES = ("blas", "torch", "tblis")
 
-#: An ``auto`` network that runs longer than this is not timed on every backend.
-NETWORK_TUNE_SECONDS = 0.25
-
-#: An ``auto`` network faster than this on blas stays on blas without timing the others.
-NETWORK_TUNE_MIN_SECONDS = 1e-3
-
-#: Pause before timing the next backend, so that the previous one's threads stop spinning.
-NETWORK_TUNE_SETTLE = 0.15
+#: Round-robin rounds of timed runs when an ``auto`` network is timed (the best counts).
+NETWORK_TUNE_ROUNDS = 3
 
 _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
 _cache_lock = threading.Lock()
@@ -182,8 +178,11 @@ class EinsumExpression:
                                memory_limit=memory_limit)
         self.backend = backend_name(backend)
         self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
-        #: For ``backend="auto"``: the backend measured fastest on the network, per datatype.
+        #: For ``backend="auto"``: the backend of the whole network per datatype (``"auto"``:
+        #: each step's own choice, the default until a timing within budget says otherwise).
         self.choices: dict[Datatype, str] = {}
+        self._budgets: dict[Datatype, wisdom.Budget] = {}
+        self._settled: set[Datatype] = set()  # datatypes whose choice is final
         self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
 
     @property
@@ -234,13 +233,18 @@ class EinsumExpression:
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"out has shape {target.shape} but the result has shape "
                             f"{net.output_shape()}")
-        handle = self._handle(views, dt)
+        handle = self._handle(dt)
         if all(type(x) is np.ndarray for x in operands):
             self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
+        start = time.perf_counter()
         if target is not None and target.dtype == want:
             net.run(views, dt, handle, target)
+            if dt not in self._settled:
+                self._count(views, dt, time.perf_counter() - start)
             return out
         result = net.run(views, dt, handle)
+        if dt not in self._settled:
+            self._count(views, dt, time.perf_counter() - start)
         if target is not None:
             np.copyto(target, result, casting="same_kind")
             return out
@@ -266,56 +270,86 @@ class EinsumExpression:
             return None
         want = dt.numpy_dtype
         views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
+        start = time.perf_counter()
         result = net.run(views, dt, handle)
+        if dt not in self._settled:
+            self._count(views, dt, time.perf_counter() - start)
         return result[()] if result.ndim == 0 else result
 
-    def _handle(self, views: list[np.ndarray], dt: Datatype) -> Handle:
+    def _handle(self, dt: Datatype) -> Handle:
         """Return the handle of this call.
 
-        The named backend, or for ``auto`` the one backend measured fastest on this whole
-        network (see :data:`NETWORK_TUNE_SECONDS`).
+        The named backend; for ``auto``, the backend this machine's wisdom says is fastest on
+        this network, else ``auto`` itself (each step chosen by the cost model).
         """
         if self.backend != "auto":
+            self._settled.add(dt)
             return shared_handle(self.backend)
         choice = self.choices.get(dt)
         if choice is None:
-            choice = self.choices[dt] = self._tune(views, dt)
-        return shared_handle(choice)
+            known = wisdom.lookup("network", self._key(dt))
+            choice = known.get("choice") if isinstance(known, dict) else None
+            if choice is None:
+                choice = "auto"
+            else:
+                self._settled.add(dt)
+            self.choices[dt] = str(choice)
+        return shared_handle(self.choices[dt])
 
-    def _tune(self, views: list[np.ndarray], dt: Datatype) -> str:
-        """Time the whole network on each backend; keep the fastest.
+    def _key(self, dt: Datatype) -> str:
+        """Return the network's key in the wisdom file (equation, shapes, path, datatype)."""
+        text = repr((str(self.equation), self.network.shapes, self.path, dt.name))
+        return hashlib.sha1(text.encode()).hexdigest()
 
-        Libraries are not mixed inside a network: their idle worker threads keep spinning
-        after each call and slow the next library's threads down (measured: torch 2-4x
-        slower for a few calls after OpenBLAS or TBLIS), which a product timed alone never
-        shows. For the same reason each candidate is timed after a pause and a warm-up
-        run, as the upper quartile of several runs. Networks faster than
-        :data:`NETWORK_TUNE_MIN_SECONDS` on blas stay there (the timing would cost more than
-        any choice saves); networks slower than :data:`NETWORK_TUNE_SECONDS` are not timed on
-        every backend: each step's ``auto`` plan decides.
+    def _count(self, views: list[np.ndarray], dt: Datatype, seconds: float) -> None:
+        """Count one ``auto`` run; time the backends once the budget allows it."""
+        budget = self._budgets.setdefault(dt, wisdom.Budget())
+        budget.add(seconds)
+        if budget.runs < wisdom.MIN_RUNS:
+            return
+        # every candidate: one warm-up and the timed rounds, at about this network's pace
+        cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)
+                * (1 + len(NETWORK_CANDIDATES)))
+        if budget.allows(cost):
+            self.tune(views, dt)
+
+    def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
+        """Time the whole network on each backend and on per-step ``auto``; keep the fastest.
+
+        Each candidate runs once (planning, buffers, compiled kernels), then all are timed in
+        :data:`NETWORK_TUNE_ROUNDS` round-robin rounds without pauses; the best time of each
+        counts. The winner is used from now on for ``dt`` and kept in this machine's wisdom
+        (:mod:`pytapp.wisdom`). ``views``: operands as :meth:`Network.prepare` returns them,
+        of datatype ``dt``.
+
+        Returns
+        -------
+        str
+            The winning backend name.
         """
-        times: dict[str, float] = {}
-        for name in NETWORK_CANDIDATES:
+        handles: dict[str, Handle] = {}
+        for name in ("auto", *NETWORK_CANDIDATES):
             try:
                 handle = shared_handle(name)
-                if times:
-                    time.sleep(NETWORK_TUNE_SETTLE)
-                self.network.run(views, dt, handle)  # plans, buffers, compiled kernels
-                runs: list[float] = []
-                while len(runs) < (5 if sum(runs) < NETWORK_TUNE_SECONDS / 10 else 3):
-                    start = time.perf_counter()
-                    self.network.run(views, dt, handle)
-                    runs.append(time.perf_counter() - start)
-                    if runs[-1] > NETWORK_TUNE_SECONDS:
-                        return "auto"
-                    if name == "blas" and runs[-1] < NETWORK_TUNE_MIN_SECONDS:
-                        return "blas"
-                # the upper quartile: some libraries' times are bimodal (TBLIS: 2.5 or 6.7 ms
-                # on one network), and their slow mode is what a long run meets
-                times[name] = sorted(runs)[(3 * len(runs)) // 4]
+                self.network.run(views, dt, handle)
             except TappError:  # this backend cannot run some step: not a candidate
                 continue
-        return min(times, key=lambda n: times[n]) if times else "auto"
+            handles[name] = handle
+        times = dict.fromkeys(handles, float("inf"))
+        for _ in range(NETWORK_TUNE_ROUNDS):
+            for name, handle in handles.items():
+                start = time.perf_counter()
+                self.network.run(views, dt, handle)
+                times[name] = min(times[name], time.perf_counter() - start)
+        choice = min(times, key=lambda n: times[n]) if times else "auto"
+        self.choices[dt] = choice
+        self._settled.add(dt)
+        for key, (kind, _) in list(self._fast_dtypes.items()):
+            if kind is dt:
+                self._fast_dtypes[key] = (dt, shared_handle(choice))
+        wisdom.record("network", self._key(dt), {"choice": choice, "seconds": times,
+                                                 "equation": str(self.equation)})
+        return choice
 
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""
