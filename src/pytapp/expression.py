@@ -26,7 +26,7 @@ import numpy as np
 
 from pytapp import wisdom
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
-from pytapp.contraction import backend_name, shared_handle
+from pytapp.contraction import backend_name, leased_handle, shared_handle
 from pytapp.datatypes import (
     Datatype,
     as_array,
@@ -234,17 +234,24 @@ class EinsumExpression:
                             f"out has shape {target.shape} but the result has shape "
                             f"{net.output_shape()}")
         handle = self._handle(dt)
-        if all(type(x) is np.ndarray for x in operands):
-            self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
-        start = time.perf_counter()
-        if target is not None and target.dtype == want:
-            net.run(views, dt, handle, target)
-            if dt not in self._settled:
-                self._count(views, dt, time.perf_counter() - start)
-            return out
-        result = net.run(views, dt, handle)
+        while not handle.lease():  # destroyed since (clear_plan_cache): the new shared one
+            handle = self._handle(dt)
+        try:
+            if all(type(x) is np.ndarray for x in operands):
+                self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
+            start = time.perf_counter()
+            if target is not None and target.dtype == want:
+                net.run(views, dt, handle, target)
+                result = target
+            else:
+                result = net.run(views, dt, handle)
+            seconds = time.perf_counter() - start
+        finally:
+            handle.unlease()
         if dt not in self._settled:
-            self._count(views, dt, time.perf_counter() - start)
+            self._count(views, dt, seconds)
+        if result is target:
+            return out
         if target is not None:
             np.copyto(target, result, casting="same_kind")
             return out
@@ -266,12 +273,15 @@ class EinsumExpression:
         if hit is None:
             return None
         dt, handle = hit
-        if handle.destroyed:
+        if not handle.lease():  # destroyed (clear_plan_cache): the general path
             return None
-        want = dt.numpy_dtype
-        views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
-        start = time.perf_counter()
-        result = net.run(views, dt, handle)
+        try:
+            want = dt.numpy_dtype
+            views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
+            start = time.perf_counter()
+            result = net.run(views, dt, handle)
+        finally:
+            handle.unlease()
         if dt not in self._settled:
             self._count(views, dt, time.perf_counter() - start)
         return result[()] if result.ndim == 0 else result
@@ -328,19 +338,27 @@ class EinsumExpression:
             The winning backend name.
         """
         handles: dict[str, Handle] = {}
-        for name in ("auto", *NETWORK_CANDIDATES):
-            try:
-                handle = shared_handle(name)
-                self.network.run(views, dt, handle)
-            except TappError:  # this backend cannot run some step: not a candidate
-                continue
-            handles[name] = handle
-        times = dict.fromkeys(handles, float("inf"))
-        for _ in range(NETWORK_TUNE_ROUNDS):
-            for name, handle in handles.items():
-                start = time.perf_counter()
-                self.network.run(views, dt, handle)
-                times[name] = min(times[name], time.perf_counter() - start)
+        try:
+            for name in ("auto", *NETWORK_CANDIDATES):
+                try:
+                    handle = leased_handle(name)
+                except TappError:  # not available here
+                    continue
+                handles[name] = handle
+                try:
+                    self.network.run(views, dt, handle)
+                except TappError:  # this backend cannot run some step: not a candidate
+                    del handles[name]
+                    handle.unlease()
+            times = dict.fromkeys(handles, float("inf"))
+            for _ in range(NETWORK_TUNE_ROUNDS):
+                for name, handle in handles.items():
+                    start = time.perf_counter()
+                    self.network.run(views, dt, handle)
+                    times[name] = min(times[name], time.perf_counter() - start)
+        finally:
+            for handle in handles.values():
+                handle.unlease()
         choice = min(times, key=lambda n: times[n]) if times else "auto"
         self.choices[dt] = choice
         self._settled.add(dt)
@@ -383,5 +401,6 @@ def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: A
         with _cache_lock:
             _cache[key] = expr
             while len(_cache) > EXPRESSION_CACHE_SIZE:
-                _cache.popitem(last=False)[1].release()
+                # let go only: another thread may be running it (its plans go with it)
+                _cache.popitem(last=False)
     return expr
