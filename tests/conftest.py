@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -13,6 +14,10 @@ import pytest
 import pytapp
 
 HERE = Path(__file__).resolve().parent
+
+# Tuning results go to a fresh file, never to the user's cache (subprocesses inherit it).
+os.environ["PYTAPP_WISDOM"] = str(Path(tempfile.mkdtemp(prefix="pytapp-wisdom-")) / "w.json")
+os.environ.pop("PYTAPP_AUTOTUNE_CACHE", None)
 
 
 def build_test_library(variant: str = "") -> str | None:

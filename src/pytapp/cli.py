@@ -1,4 +1,4 @@
-"""Command line: ``pytapp info | explain CODE | check | plan | bench | report | demo``.
+"""Command line: ``pytapp info | explain CODE | check | plan | bench | tune | report | demo``.
 
 Examples
 --------
@@ -415,9 +415,34 @@ def _cmd_bench_targets(args: argparse.Namespace) -> int:
     return _write_reports(args, rows, data, targets.targets_plot, targets.targets_markdown)
 
 
+def _cmd_bench_cc(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytapp.bench import ccsd
+
+    callback, bar = _progress_printer()
+    rounds = max(args.repeats, 1)
+    with bar:
+        total = rounds * len(ccsd.CONTENDERS)
+        done = iter(range(total))
+        result = ccsd.run_cc(args.size, rounds=rounds, iterations=ccsd.ITERATIONS,
+                             threads=args.threads,
+                             progress=lambda what: callback(what, next(done), total))
+    print(ccsd.cc_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(ccsd.cc_json(result), indent=1))
+        print(f"wrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(ccsd.cc_markdown(result))
+        print(f"wrote {args.markdown}")
+    return 1 if any(e > 1e-10 for e in result.errors.values()) else 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pytapp.bench import report
 
+    if args.suite == "cc":
+        return _cmd_bench_cc(args)
     if args.suite == "targets":
         return _cmd_bench_targets(args)
     if args.suite == "networks":
@@ -480,6 +505,91 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     wrong = [n for c in result.cases for n, m in c.measurements.items()
              if m.verdict.startswith("wrong") and m.kind == "backend"]
     return 1 if wrong else 0
+
+
+def _tune_workload(args: argparse.Namespace) -> list[tuple[str, list[tuple[int, ...]], str]]:
+    """(equation, shapes, dtype) of every product ``pytapp tune`` was asked for."""
+    from pathlib import Path
+
+    work: list[tuple[str, list[tuple[int, ...]], str]] = []
+    if args.file:
+        entries = json.loads(Path(args.file).read_text(encoding="utf-8"))
+        if not isinstance(entries, list):
+            raise ValueError(f"{args.file}: give a JSON list of "
+                             '{"equation": ..., "shapes": [...], "dtype": ...}')
+        for e in entries:
+            work.append((str(e["equation"]), [tuple(int(n) for n in s) for s in e["shapes"]],
+                         str(e.get("dtype", "float64"))))
+    if args.suite == "cc":
+        from pytapp.bench.ccsd import cc_shapes
+
+        work += [(eq, shapes, "float64") for eq, shapes in cc_shapes(args.size)]
+    elif args.suite:
+        from pytapp.bench.cases import suite
+
+        for case in suite(args.suite):
+            if args.size != 1.0:
+                case = case.scaled(args.size)
+            la, lb, _ = case.labels
+            work.append((case.einsum, [case.shape(la), case.shape(lb)],
+                         case.datatype.numpy_dtype.name))
+    return work
+
+
+def _tune_one(eq: str, shapes: list[tuple[int, ...]], dtype: str) -> dict[str, Any] | None:
+    """Time one product's network and its steps on every backend; ``None`` on an error."""
+    import numpy as np
+
+    from pytapp.datatypes import datatype_of
+    from pytapp.expression import EinsumExpression
+
+    try:
+        dt = datatype_of(dtype, "dtype")
+        rng = np.random.default_rng(0)
+        arrays = [rng.uniform(-1, 1, s).astype(dt.numpy_dtype) for s in shapes]
+        expr = EinsumExpression(eq, *arrays, backend="auto")
+        expr(*arrays)  # plans each step on auto, which times its candidates
+        choice = expr.tune(expr.network.prepare(arrays), dt)
+    except TappError as exc:
+        print(f"{eq} {shapes}: {exc}", file=sys.stderr)
+        return None
+    print(f"{eq:<24} {shapes!s:<40} {dtype:<10} -> {choice}")
+    return {"equation": eq, "shapes": shapes, "dtype": dtype, "choice": choice}
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import os
+
+    from pytapp import wisdom
+
+    try:
+        work = _tune_workload(args)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"cannot read the workload: {exc}", file=sys.stderr)
+        return 2
+    if not work:
+        print("nothing to tune: give --suite and/or --file", file=sys.stderr)
+        return 2
+    rows = []
+    saved = os.environ.get("PYTAPP_AUTOTUNE")
+    os.environ["PYTAPP_AUTOTUNE"] = "1"  # every auto plan times its candidates on first use
+    try:
+        for eq, shapes, dtype in work:
+            row = _tune_one(eq, shapes, dtype)
+            if row is not None:
+                rows.append(row)
+    finally:
+        if saved is None:
+            del os.environ["PYTAPP_AUTOTUNE"]
+        else:
+            os.environ["PYTAPP_AUTOTUNE"] = saved
+    print(f"wisdom: {wisdom.path() or 'in memory only (PYTAPP_WISDOM=off)'}")
+    if args.json:
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+        print(f"wrote {args.json}")
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -569,7 +679,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", default="quick",
                    help="quick (default), full, random, small, networks (whole einsum "
                         "networks against opt_einsum, cotengra and torch.einsum), dask "
-                        "(pytapp.dask against dask.array.einsum on a LocalCluster), or "
+                        "(pytapp.dask against dask.array.einsum on a LocalCluster), cc (a "
+                        "coupled-cluster-like loop: ~30 contractions x 20 iterations, default "
+                        "backend against each backend forced, numpy.einsum and pytblis; "
+                        "--repeats rounds), or "
                         "targets (per-call overhead, GEMM-shaped products against the flat "
                         "matmul, permutations, cold start)")
     p.add_argument("--backend", nargs="+", default=["auto", "blas"],
@@ -591,6 +704,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a PNG bar chart")
     p.add_argument("--markdown", help="write a Markdown report")
     p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("tune", help="time a workload's products on every backend and keep "
+                                    "the winners in this machine's wisdom file")
+    p.add_argument("--suite", help="the products of a bench suite (quick, full, small, cc...)")
+    p.add_argument("--file", help='a JSON list of {"equation": "ij,jk->ik", "shapes": '
+                                  '[[2, 3], [3, 4]], "dtype": "float64"}')
+    p.add_argument("--size", type=float, default=1.0, help="scale the suite's extents")
+    p.add_argument("--json", help="write the choices as JSON")
+    p.set_defaults(func=_cmd_tune)
     p = sub.add_parser("report", help="redraw table, plot and Markdown from a bench JSON file")
     p.add_argument("json_file", help="a file written by pytapp bench --json")
     p.add_argument("--plot", help="write a PNG bar chart")

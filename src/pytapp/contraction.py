@@ -20,25 +20,24 @@ import numpy as np
 
 from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of_data, promote
 from pytapp.errors import ErrorCode, TappError, error_for
-from pytapp.handle import Handle, default_backend_name
+from pytapp.handle import CachedPlan, Handle, default_backend_name
 from pytapp.operands import to_ndarray
 from pytapp.precision import Prectype, as_prectype
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
 from pytapp.typing import ArrayLike, BackendName, ElementOpLike, PrectypeLike, Scalar
 
-__all__ = ["backend_name", "clear_plan_cache", "contract", "parse_expression", "plan_cache_info",
-           "shared_handle"]
+__all__ = ["backend_name", "clear_plan_cache", "contract", "leased_handle", "parse_expression",
+           "plan_cache_info", "shared_handle"]
 
-#: Most plans kept by :func:`contract` (least recently used are dropped first).
+#: Most plans each shared handle keeps for :func:`contract` (least recently used dropped first).
 PLAN_CACHE_SIZE = 256
 
 #: Most handles kept by :func:`contract` (one per backend name or C library).
 HANDLE_CACHE_SIZE = 8
 
-_plans: OrderedDict[Hashable, TensorProduct] = OrderedDict()
-#: Raw call signature (expression, flags, dtypes, shapes, strides) -> (plan, D's shape, dtype).
-_fast: OrderedDict[Hashable, tuple[TensorProduct, tuple[int, ...], Any]] = OrderedDict()
+#: Raw call signature (expression, flags, dtypes, shapes, strides) -> (entry, D's shape, dtype).
+_fast: OrderedDict[Hashable, tuple[CachedPlan, tuple[int, ...], Any]] = OrderedDict()
 _handles: OrderedDict[str, Handle] = OrderedDict()
 _lock = threading.Lock()
 
@@ -138,8 +137,8 @@ def backend_name(backend: Any) -> str:
 def shared_handle(name: str) -> Handle:
     """Return the cached handle of backend ``name``.
 
-    The least recently used handles beyond :data:`HANDLE_CACHE_SIZE` are destroyed, with
-    their plans.
+    The least recently used handles beyond :data:`HANDLE_CACHE_SIZE` are let go: each is
+    destroyed, with its plans, once no call uses it (:meth:`Handle.retire`).
     """
     with _lock:
         h = _handles.get(name)
@@ -147,23 +146,29 @@ def shared_handle(name: str) -> Handle:
             _handles.move_to_end(name)
             return h
     h = Handle(name)
-    _insert_destroying_evicted(_handles, name, h, HANDLE_CACHE_SIZE)
+    evicted = []
+    with _lock:
+        old = _handles.get(name)
+        if old is not None and not old.destroyed:  # another thread was first: use its handle
+            _handles.move_to_end(name)
+            return old
+        _handles[name] = h
+        while len(_handles) > HANDLE_CACHE_SIZE:
+            evicted.append(_handles.popitem(last=False)[1])
+    for handle in evicted:
+        handle.retire()
     return h
 
 
-def _insert_destroying_evicted(cache: OrderedDict[Any, Any], key: Any, value: Any,
-                               size: int) -> None:
-    """Insert into a bounded cache and destroy what falls out.
+def leased_handle(name: str) -> Handle:
+    """Return the shared handle of ``name``, leased.
 
-    Destroyed outside the lock: a handle's destroy destroys its plans.
+    Pair with :meth:`Handle.unlease`: until then no cache can destroy the handle.
     """
-    evicted = []
-    with _lock:
-        cache[key] = value
-        while len(cache) > size:
-            evicted.append(cache.popitem(last=False)[1])
-    for old in evicted:
-        old.destroy()
+    while True:
+        handle = shared_handle(name)
+        if handle.lease():
+            return handle
 
 
 def contract(
@@ -232,12 +237,18 @@ def contract(
             hit = _fast.get(fast_key)
         except TypeError:  # an unhashable argument: the general path reports it
             hit = fast_key = None
-        if hit is not None and not hit[0].destroyed:
-            cached, d_shape, d_dtype = hit
-            written = np.zeros(d_shape, dtype=d_dtype) if out is None else out
-            cached.execute(alpha, a, b, (0 if c is None else 1) if beta is None else beta, c,
-                           written)
-            return written
+        if hit is not None:
+            entry, d_shape, d_dtype = hit
+            cache = entry.cache
+            if cache.lease(entry):  # not dropped since: nothing destroys it under this call
+                try:
+                    written = np.zeros(d_shape, dtype=d_dtype) if out is None else out
+                    entry.plan.execute(alpha, a, b,
+                                       (0 if c is None else 1) if beta is None else beta, c,
+                                       written)
+                finally:
+                    cache.unlease(entry)
+                return written
     la, lb, ld = parse_expression(expr)
     ops = tuple(as_element_op(op, r) for op, r in zip((op_a, op_b, op_c, op_d), "ABCD",
                                                       strict=True))
@@ -289,41 +300,48 @@ def contract(
         result = out
     info = {r: TensorInfo.from_array(v) for r, v in views.items()}
     info_c = info.get("C")
-    key = (name, la, lb, ld, info["A"], info["B"], info_c, info["D"], ops, prectype,
+    key = (la, lb, ld, info["A"], info["B"], info_c, info["D"], ops, prectype,
            bool(allow_broadcast))
-    with _lock:
-        plan = _plans.get(key)
-        if plan is not None:
-            _plans.move_to_end(key)
-    if plan is None or plan.destroyed:
-        plan = TensorProduct(
-            shared_handle(name), info["A"], la, info["B"], lb, info_c, ld if info_c else None,
-            info["D"], ld, op_a=ops[0], op_b=ops[1], op_c=ops[2], op_d=ops[3], prec=prectype,
-            allow_broadcast=allow_broadcast,
-        )
-        _insert_destroying_evicted(_plans, key, plan, PLAN_CACHE_SIZE)
-    plan.execute(alpha, given["A"], given["B"], beta, given["C"], given["D"])
+    handle = leased_handle(name)
+    try:
+        cache = handle.plan_cache
+        found = cache.lookup(key)
+        if found is None:
+            plan = TensorProduct(
+                handle, info["A"], la, info["B"], lb, info_c, ld if info_c else None,
+                info["D"], ld, op_a=ops[0], op_b=ops[1], op_c=ops[2], op_d=ops[3],
+                prec=prectype, allow_broadcast=allow_broadcast,
+            )
+            found = cache.insert(key, plan, PLAN_CACHE_SIZE)
+    finally:
+        handle.unlease()  # the entry's lease holds the handle from here
+    try:
+        found.plan.execute(alpha, given["A"], given["B"], beta, given["C"], given["D"])
+    finally:
+        cache.unlease(found)
     if fast_key is not None:
         with _lock:
-            _fast[fast_key] = (plan, views["D"].shape, views["D"].dtype)
+            _fast[fast_key] = (found, views["D"].shape, views["D"].dtype)
             while len(_fast) > PLAN_CACHE_SIZE:
                 _fast.popitem(last=False)
     return result
 
 
 def plan_cache_info() -> dict[str, int]:
-    """Size and capacity of :func:`contract`'s plan cache."""
-    return {"size": len(_plans), "capacity": PLAN_CACHE_SIZE}
+    """Size and capacity of :func:`contract`'s plan cache (the shared handles' caches)."""
+    with _lock:
+        handles = list(_handles.values())
+    return {"size": sum(len(h.plan_cache) for h in handles), "capacity": PLAN_CACHE_SIZE}
 
 
 def clear_plan_cache() -> None:
-    """Destroy every cached plan and handle (their backend resources are released)."""
+    """Destroy every cached plan and handle (their backend resources are released).
+
+    A plan or handle that a call is using is destroyed when that call ends, never under it.
+    """
     with _lock:
-        plans, handles = list(_plans.values()), list(_handles.values())
-        _plans.clear()
+        handles = list(_handles.values())
         _handles.clear()
         _fast.clear()
-    for plan in plans:
-        plan.destroy()
     for handle in handles:
-        handle.destroy()
+        handle.retire()

@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import OrderedDict
@@ -23,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from pytapp import wisdom
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
-from pytapp.contraction import backend_name, shared_handle
+from pytapp.contraction import backend_name, leased_handle, shared_handle
 from pytapp.datatypes import (
     Datatype,
     as_array,
@@ -46,17 +48,11 @@ EXPRESSION_CACHE_SIZE = 128
 #: Most input layouts an expression keeps a compiled network for.
 CHAIN_CACHE = 16
 
-#: Backends an ``auto`` expression times on its whole network, in this order.
+#: Backends an ``auto`` expression may time on its whole network, besides per-step ``auto``.
 NETWORK_CANDIDATES = ("blas", "torch", "tblis")
 
-#: An ``auto`` network that runs longer than this is not timed on every backend.
-NETWORK_TUNE_SECONDS = 0.25
-
-#: An ``auto`` network faster than this on blas stays on blas without timing the others.
-NETWORK_TUNE_MIN_SECONDS = 1e-3
-
-#: Pause before timing the next backend, so that the previous one's threads stop spinning.
-NETWORK_TUNE_SETTLE = 0.15
+#: Round-robin rounds of timed runs when an ``auto`` network is timed (the best counts).
+NETWORK_TUNE_ROUNDS = 3
 
 _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
 _cache_lock = threading.Lock()
@@ -184,8 +180,11 @@ class EinsumExpression:
                                memory_limit=memory_limit)
         self.backend = backend_name(backend)
         self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
-        #: For ``backend="auto"``: the backend measured fastest on the network, per datatype.
+        #: For ``backend="auto"``: the backend of the whole network per datatype (``"auto"``:
+        #: each step's own choice, the default until a timing within budget says otherwise).
         self.choices: dict[Datatype, str] = {}
+        self._budgets: dict[Datatype, wisdom.Budget] = {}
+        self._settled: set[Datatype] = set()  # datatypes whose choice is final
         self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
         #: Input (dtype, strides) -> the network as compiled programs (False: it does not lower).
         self._chains: dict[tuple[Any, ...], Any] = {}
@@ -238,14 +237,28 @@ class EinsumExpression:
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"out has shape {target.shape} but the result has shape "
                             f"{net.output_shape()}")
-        handle = self._handle(views, dt)
-        if all(type(x) is np.ndarray for x in operands):
-            self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
-            self._remember_chain(arrays, dt, handle)
-        if target is not None and target.dtype == want:
-            net.run(views, dt, handle, target)
+        handle = self._handle(dt)
+        while not handle.lease():  # destroyed since (clear_plan_cache): the new shared one
+            handle = self._handle(dt)
+        try:
+            numpy_inputs = all(type(x) is np.ndarray for x in operands)
+            if numpy_inputs:
+                self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
+            start = time.perf_counter()
+            if target is not None and target.dtype == want:
+                net.run(views, dt, handle, target)
+                result = target
+            else:
+                result = net.run(views, dt, handle)
+            seconds = time.perf_counter() - start
+        finally:
+            handle.unlease()
+        if dt not in self._settled:
+            self._count(views, dt, seconds)
+        if numpy_inputs:
+            self._remember_chain(arrays, dt)
+        if result is target:
             return out
-        result = net.run(views, dt, handle)
         if target is not None:
             np.copyto(target, result, casting="same_kind")
             return out
@@ -253,13 +266,29 @@ class EinsumExpression:
             return result[()]
         return to_library(result, like)
 
-    def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
-                        handle: Handle) -> None:
+    def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype) -> None:
+        """Build the compiled chain of these input layouts once the network's backend is known.
+
+        Until an ``auto`` expression's choice is settled (wisdom, or tuning within its budget),
+        only networks whose every step is a compiled program get a chain: a chain's calls are
+        not counted towards tuning, and those networks have nothing left to tune.
+        """
         key = tuple((a.dtype, a.strides) for a in arrays)
-        if key not in self._chains:
-            if len(self._chains) >= CHAIN_CACHE:
-                self._chains.clear()
-            self._chains[key] = self.network.compiled_chain(arrays, dt, handle) or False
+        if key in self._chains:
+            return
+        settled = dt in self._settled
+        handle = self._handle(dt)
+        if not handle.lease():
+            return
+        try:
+            chain = self.network.compiled_chain(arrays, dt, handle, programs_only=not settled)
+        finally:
+            handle.unlease()
+        if chain is None and not settled:
+            return  # tried again once the choice is settled
+        if len(self._chains) >= CHAIN_CACHE:
+            self._chains.clear()
+        self._chains[key] = chain or False
 
     def chain_for(self, arrays: Sequence[Any]) -> Any:
         """Return the network compiled for these arrays' layouts, once a call built it."""
@@ -287,60 +316,101 @@ class EinsumExpression:
         if hit is None:
             return None
         dt, handle = hit
-        if handle.destroyed:
+        if not handle.lease():  # destroyed (clear_plan_cache): the general path
             return None
-        want = dt.numpy_dtype
-        views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
-        result = net.run(views, dt, handle)
+        try:
+            want = dt.numpy_dtype
+            views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
+            start = time.perf_counter()
+            result = net.run(views, dt, handle)
+        finally:
+            handle.unlease()
+        if dt not in self._settled:
+            self._count(views, dt, time.perf_counter() - start)
         return result[()] if result.ndim == 0 else result
 
-    def _handle(self, views: list[np.ndarray], dt: Datatype) -> Handle:
+    def _handle(self, dt: Datatype) -> Handle:
         """Return the handle of this call.
 
-        The named backend, or for ``auto`` the one backend measured fastest on this whole
-        network (see :data:`NETWORK_TUNE_SECONDS`).
+        The named backend; for ``auto``, the backend this machine's wisdom says is fastest on
+        this network, else ``auto`` itself (each step chosen by the cost model).
         """
         if self.backend != "auto":
+            self._settled.add(dt)
             return shared_handle(self.backend)
         choice = self.choices.get(dt)
         if choice is None:
-            choice = self.choices[dt] = self._tune(views, dt)
-        return shared_handle(choice)
+            known = wisdom.lookup("network", self._key(dt))
+            choice = known.get("choice") if isinstance(known, dict) else None
+            if choice is None:
+                choice = "auto"
+            else:
+                self._settled.add(dt)
+            self.choices[dt] = str(choice)
+        return shared_handle(self.choices[dt])
 
-    def _tune(self, views: list[np.ndarray], dt: Datatype) -> str:
-        """Time the whole network on each backend; keep the fastest.
+    def _key(self, dt: Datatype) -> str:
+        """Return the network's key in the wisdom file (equation, shapes, path, datatype)."""
+        text = repr((str(self.equation), self.network.shapes, self.path, dt.name))
+        return hashlib.sha1(text.encode()).hexdigest()
 
-        Libraries are not mixed inside a network: their idle worker threads keep spinning
-        after each call and slow the next library's threads down (measured: torch 2-4x
-        slower for a few calls after OpenBLAS or TBLIS), which a product timed alone never
-        shows. For the same reason each candidate is timed after a pause and a warm-up
-        run, as the upper quartile of several runs. Networks faster than
-        :data:`NETWORK_TUNE_MIN_SECONDS` on blas stay there (the timing would cost more than
-        any choice saves); networks slower than :data:`NETWORK_TUNE_SECONDS` are not timed on
-        every backend: each step's ``auto`` plan decides.
+    def _count(self, views: list[np.ndarray], dt: Datatype, seconds: float) -> None:
+        """Count one ``auto`` run; time the backends once the budget allows it."""
+        budget = self._budgets.setdefault(dt, wisdom.Budget())
+        budget.add(seconds)
+        if budget.runs < wisdom.MIN_RUNS:
+            return
+        # every candidate: one warm-up and the timed rounds, at about this network's pace
+        cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)
+                * (1 + len(NETWORK_CANDIDATES)))
+        if budget.allows(cost):
+            self.tune(views, dt)
+
+    def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
+        """Time the whole network on each backend and on per-step ``auto``; keep the fastest.
+
+        Each candidate runs once (planning, buffers, compiled kernels), then all are timed in
+        :data:`NETWORK_TUNE_ROUNDS` round-robin rounds without pauses; the best time of each
+        counts. The winner is used from now on for ``dt`` and kept in this machine's wisdom
+        (:mod:`pytapp.wisdom`). ``views``: operands as :meth:`Network.prepare` returns them,
+        of datatype ``dt``.
+
+        Returns
+        -------
+        str
+            The winning backend name.
         """
-        times: dict[str, float] = {}
-        for name in NETWORK_CANDIDATES:
-            try:
-                handle = shared_handle(name)
-                if times:
-                    time.sleep(NETWORK_TUNE_SETTLE)
-                self.network.run(views, dt, handle)  # plans, buffers, compiled kernels
-                runs: list[float] = []
-                while len(runs) < (5 if sum(runs) < NETWORK_TUNE_SECONDS / 10 else 3):
+        handles: dict[str, Handle] = {}
+        try:
+            for name in ("auto", *NETWORK_CANDIDATES):
+                try:
+                    handle = leased_handle(name)
+                except TappError:  # not available here
+                    continue
+                handles[name] = handle
+                try:
+                    self.network.run(views, dt, handle)
+                except TappError:  # this backend cannot run some step: not a candidate
+                    del handles[name]
+                    handle.unlease()
+            times = dict.fromkeys(handles, float("inf"))
+            for _ in range(NETWORK_TUNE_ROUNDS):
+                for name, handle in handles.items():
                     start = time.perf_counter()
                     self.network.run(views, dt, handle)
-                    runs.append(time.perf_counter() - start)
-                    if runs[-1] > NETWORK_TUNE_SECONDS:
-                        return "auto"
-                    if name == "blas" and runs[-1] < NETWORK_TUNE_MIN_SECONDS:
-                        return "blas"
-                # the upper quartile: some libraries' times are bimodal (TBLIS: 2.5 or 6.7 ms
-                # on one network), and their slow mode is what a long run meets
-                times[name] = sorted(runs)[(3 * len(runs)) // 4]
-            except TappError:  # this backend cannot run some step: not a candidate
-                continue
-        return min(times, key=lambda n: times[n]) if times else "auto"
+                    times[name] = min(times[name], time.perf_counter() - start)
+        finally:
+            for handle in handles.values():
+                handle.unlease()
+        choice = min(times, key=lambda n: times[n]) if times else "auto"
+        self.choices[dt] = choice
+        self._settled.add(dt)
+        for key, (kind, _) in list(self._fast_dtypes.items()):
+            if kind is dt:
+                self._fast_dtypes[key] = (dt, shared_handle(choice))
+        wisdom.record("network", self._key(dt), {"choice": choice, "seconds": times,
+                                                 "equation": str(self.equation)})
+        return choice
 
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""
@@ -374,5 +444,6 @@ def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: A
         with _cache_lock:
             _cache[key] = expr
             while len(_cache) > EXPRESSION_CACHE_SIZE:
-                _cache.popitem(last=False)[1].release()
+                # let go only: another thread may be running it (its plans go with it)
+                _cache.popitem(last=False)
     return expr

@@ -10,8 +10,10 @@ Examples
 from __future__ import annotations
 
 import os
+import threading
 import weakref
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,7 +27,7 @@ from pytapp.typing import BackendName
 if TYPE_CHECKING:
     from pytapp.attributes import TappObject as _Owned
 
-__all__ = ["Handle", "default_backend_name"]
+__all__ = ["CachedPlan", "Handle", "PlanCache", "default_backend_name"]
 
 
 def default_backend_name() -> str:
@@ -84,6 +86,10 @@ class Handle(TappObject):
     ) -> None:
         super().__init__()
         self._plans: weakref.WeakSet[_Owned] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._users = 0  # calls using the handle now (see lease)
+        self._retired = False
+        self.plan_cache = PlanCache(self)
         self._default_limit: int | None = None
         self._memory_limit = None
         name = backend if backend is not None else default_backend_name()
@@ -185,6 +191,152 @@ class Handle(TappObject):
 
 
 
+    # ------------------------------------------------------------------ shared use
+    def lease(self) -> bool:
+        """Count a call that uses this handle's plans; ``False`` when it is destroyed.
+
+        A handle that a cache let go (:meth:`retire`) is destroyed by the last call that
+        leased it, never under one. Pair every ``True`` with :meth:`unlease`.
+        """
+        with self._lock:
+            if self._destroyed:
+                return False
+            self._users += 1
+            return True
+
+    def unlease(self) -> None:
+        """End a call counted by :meth:`lease` (destroying a retired handle left unused)."""
+        with self._lock:
+            self._users -= 1
+            last = self._retired and self._users == 0
+        if last:
+            self.destroy()
+
+    def retire(self) -> None:
+        """Let go of the handle: drop its cached plans and destroy it once no call uses it.
+
+        Plans in use by a call are destroyed by their last user.
+        """
+        self.plan_cache.clear()
+        with self._lock:
+            self._retired = True
+            idle = self._users == 0
+        if idle:
+            self.destroy()
+
     def __repr__(self) -> str:
         state = ", destroyed" if self._destroyed else ""
         return f"Handle(backend={self._backend.name!r}{state})"
+
+
+class CachedPlan:
+    """A plan in a :class:`PlanCache`: how many calls use it, and whether the cache dropped it.
+
+    Attributes
+    ----------
+    plan
+        The cached plan (a :class:`~pytapp.TensorProduct`).
+    users
+        Calls using it now.
+    dropped
+        Whether the cache let go of it (its last user destroys it).
+    """
+
+    __slots__ = ("cache", "dropped", "plan", "users")
+
+    def __init__(self, cache: PlanCache, plan: Any) -> None:
+        self.cache, self.plan, self.users, self.dropped = cache, plan, 0, False
+
+
+class PlanCache:
+    """A handle's bounded cache of plans, safe against calls in flight.
+
+    Entries are keyed structurally (descriptors, labels, ops, precision) and leased: a call
+    takes one with :meth:`lookup`, :meth:`insert` or :meth:`lease` and gives it back with
+    :meth:`unlease`. What the cache drops (least recently used beyond its size, or
+    :meth:`clear`) is destroyed at once when no call uses it, else by its last user. Leasing
+    a plan also leases the handle (:meth:`Handle.lease`).
+
+    Examples
+    --------
+    >>> with Handle("reference") as h:
+    ...     len(h.plan_cache)
+    0
+    """
+
+    def __init__(self, handle: Handle) -> None:
+        self._handle = handle
+        self._entries: OrderedDict[Hashable, CachedPlan] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _take(self, entry: CachedPlan) -> bool:
+        """Lease ``entry`` and its handle (the caller holds the handle's lock)."""
+        handle = self._handle
+        if entry.dropped or handle._destroyed or entry.plan.destroyed:
+            return False
+        entry.users += 1
+        handle._users += 1
+        return True
+
+    def lookup(self, key: Hashable) -> CachedPlan | None:
+        """Return the leased entry of ``key`` (``None`` when there is none to use)."""
+        with self._handle._lock:
+            entry = self._entries.get(key)
+            if entry is None or not self._take(entry):
+                return None
+            self._entries.move_to_end(key)
+            return entry
+
+    def lease(self, entry: CachedPlan) -> bool:
+        """Lease an entry found before; ``False`` when the cache has dropped it since."""
+        with self._handle._lock:
+            return self._take(entry)
+
+    def insert(self, key: Hashable, plan: Any, size: int) -> CachedPlan:
+        """Add ``plan`` under ``key`` and return its entry, leased; keep at most ``size``."""
+        entry = CachedPlan(self, plan)
+        idle = []
+        handle = self._handle
+        with handle._lock:
+            entry.users = 1
+            handle._users += 1
+            old = self._entries.pop(key, None)
+            if old is not None:
+                idle += self._drop(old)
+            self._entries[key] = entry
+            while len(self._entries) > max(size, 1):
+                idle += self._drop(self._entries.popitem(last=False)[1])
+        for plan_ in idle:
+            plan_.destroy()
+        return entry
+
+    @staticmethod
+    def _drop(entry: CachedPlan) -> list[Any]:
+        entry.dropped = True
+        return [entry.plan] if entry.users == 0 else []
+
+    def unlease(self, entry: CachedPlan) -> None:
+        """Give back a leased entry.
+
+        Its last user destroys a dropped plan, and a retired handle left unused.
+        """
+        handle = self._handle
+        with handle._lock:
+            entry.users -= 1
+            handle._users -= 1
+            destroy_plan = entry.dropped and entry.users == 0
+            destroy_handle = handle._retired and handle._users == 0
+        if destroy_plan:
+            entry.plan.destroy()
+        if destroy_handle:
+            handle.destroy()
+
+    def clear(self) -> None:
+        """Drop every entry (each destroyed now, or by its last user)."""
+        with self._handle._lock:
+            idle = [p for entry in self._entries.values() for p in self._drop(entry)]
+            self._entries.clear()
+        for plan in idle:
+            plan.destroy()

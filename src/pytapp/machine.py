@@ -3,10 +3,11 @@
 The planner predicts seconds from a few constants: GEMM rates per datatype for NumPy's BLAS
 and for torch (large and small matrices), and the copy bandwidth. They depend on the CPU (the
 machine may be an AVX-512 Xeon one day and an EPYC the next) and on the library builds, so
-they are measured on first use (about two seconds) and kept in a JSON file keyed by CPU model,
-core count and library versions: ``$PYTAPP_MACHINE_FILE``, else
-``~/.cache/pytapp/machine.json``. ``PYTAPP_MACHINE=defaults`` skips the measurement and uses
-conservative defaults (the decisions then do not depend on timings).
+they are measured on first use (a few seconds) and kept in a JSON file keyed by CPU model,
+CPU flags and library versions (:func:`fingerprint`): ``$PYTAPP_MACHINE_FILE``, else
+``machine.json`` in :func:`cache_dir` (``$XDG_CACHE_HOME/pytapp`` or ``~/.cache/pytapp``).
+``PYTAPP_MACHINE=defaults`` skips the measurement and uses conservative defaults (the
+decisions then do not depend on timings).
 
 Examples
 --------
@@ -19,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -32,10 +34,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Machine", "constants"]
+__all__ = ["Machine", "cache_dir", "constants", "fingerprint"]
 
 #: Datatypes whose GEMM rates are measured (compute types; bf16/f16 as torch-native inputs).
 MEASURED = ("f32", "f64", "c64", "c128", "bf16", "f16")
+#: Measuring passes over both libraries (each rate keeps its best).
+ROUNDS = 3
 _DEFAULT_RATES = {"f32": 1.2e11, "f64": 6e10, "c64": 1.2e11, "c128": 6e10, "bf16": 3e10,
                   "f16": 3e10}
 
@@ -60,22 +64,61 @@ class Machine:
         return float(table.get(library, {}).get(dtype, 0.0))
 
 
-def _key() -> str:
-    cpu = platform.processor() or platform.machine()
+#: Libraries whose versions change what is fastest (read from their metadata, not imported).
+LIBRARIES = ("numpy", "torch", "pytblis", "pytapp")
+
+
+def _cpu() -> tuple[str, str]:
+    """Return the CPU model and a digest of its feature flags (``/proc/cpuinfo`` on Linux)."""
+    default = platform.processor() or platform.machine()
+    model, flags = default, ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")),
-                       cpu)
+            for line in fh:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name == "model name" and model == default:
+                    model = value.strip()
+                elif name in ("flags", "Features") and not flags:
+                    flags = " ".join(sorted(value.split()))
     except OSError:
         pass
-    versions = [np.__version__]
-    try:
-        from importlib.metadata import version
+    return model, hashlib.sha1(flags.encode()).hexdigest()[:12]
 
-        versions.append(version("torch"))
-    except Exception:
-        versions.append("-")
-    return f"{cpu}|{os.cpu_count()}|{'|'.join(versions)}"
+
+_fingerprint: str | None = None
+
+
+def fingerprint() -> str:
+    """Return what measurements on this machine depend on, as one string.
+
+    The CPU model, a digest of its feature flags, the core count and the versions of
+    :data:`LIBRARIES`; measured constants and tuning results are valid while it is unchanged.
+
+    Examples
+    --------
+    >>> fingerprint() == fingerprint()
+    True
+    """
+    global _fingerprint
+    if _fingerprint is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        versions = []
+        for lib in LIBRARIES:
+            try:
+                versions.append(f"{lib}={version(lib)}")
+            except PackageNotFoundError:
+                versions.append(f"{lib}=-")
+        model, flags = _cpu()
+        _fingerprint = f"{model}|{flags}|{os.cpu_count()}|{'|'.join(versions)}"
+    return _fingerprint
+
+
+def cache_dir() -> Path:
+    """Return pytapp's directory in the user cache (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytapp"
 
 
 def _best(fn: Callable[[], object], repeats: int = 3) -> float:
@@ -104,22 +147,28 @@ def _measure(key: str) -> Machine:
         for n in (512, 64):
             inputs[f"{dt}/{n}"] = rng.standard_normal((n, n)).astype(kind)
     # One library at a time, after a pause: the spinning workers of the other would steal
-    # the cores (OpenBLAS and OpenMP keep spinning for a while after each call).
-    for library in ("numpy", "torch"):
-        if library == "torch" and torch is None:
-            continue
-        time.sleep(0.3)
-        for dt in MEASURED:
-            for n, table in ((512, big), (64, small)):
-                flops = (8 if dt.startswith("c") else 2) * n**3
-                x = inputs.get(f"{dt}/{n}")
-                if library == "numpy":
-                    if x is not None:
-                        table["numpy"][dt] = flops / _best(partial(np.matmul, x, x))
-                    continue
-                tdt = {"bf16": torch.bfloat16, "f16": torch.float16}.get(dt)
-                t = torch.from_numpy(x) if x is not None else torch.randn(n, n).to(tdt)
-                table["torch"][dt] = flops / _best(partial(torch.matmul, t, t))
+    # the cores (OpenBLAS and OpenMP keep spinning for a while after each call). The passes
+    # repeat in rounds and each rate keeps its best: on a machine that other work loads, one
+    # pass per library would compare a quiet moment of one with a busy moment of the other.
+    for _ in range(ROUNDS):
+        for library in ("numpy", "torch"):
+            if library == "torch" and torch is None:
+                continue
+            time.sleep(0.3)
+            for dt in MEASURED:
+                for n, table in ((512, big), (64, small)):
+                    flops = (8 if dt.startswith("c") else 2) * n**3
+                    x = inputs.get(f"{dt}/{n}")
+                    if library == "numpy":
+                        if x is None:
+                            continue
+                        fn = partial(np.matmul, x, x)
+                    else:
+                        tdt = {"bf16": torch.bfloat16, "f16": torch.float16}.get(dt)
+                        t = torch.from_numpy(x) if x is not None else torch.randn(n, n).to(tdt)
+                        fn = partial(torch.matmul, t, t)
+                    rate = flops / _best(fn)
+                    table[library][dt] = max(rate, table[library].get(dt, 0.0))
     src = np.ones(4 << 20)
     dst = np.empty_like(src)
     bandwidth = 2 * src.nbytes / _best(lambda: np.copyto(dst, src))
@@ -130,7 +179,7 @@ def _file() -> Path:
     env = os.environ.get("PYTAPP_MACHINE_FILE")
     if env:
         return Path(env)
-    return Path(os.path.expanduser("~")) / ".cache" / "pytapp" / "machine.json"
+    return cache_dir() / "machine.json"
 
 
 def _defaults(key: str) -> Machine:
@@ -150,7 +199,7 @@ def constants() -> Machine:
     with _lock:
         if _cached is not None:
             return _cached
-        key = _key()
+        key = fingerprint()
         path = _file()
         try:
             data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -163,7 +212,7 @@ def constants() -> Machine:
         _cached = _measure(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes may write at once
             tmp.write_text(json.dumps({"key": key, "bandwidth": _cached.bandwidth,
                                        "big": _cached.big, "small": _cached.small}),
                            encoding="utf-8")

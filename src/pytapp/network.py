@@ -399,15 +399,16 @@ class Network:
                 self._busy.release()
         return result
 
-    def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
-                       handle: Handle) -> Any:
+    def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype, handle: Handle,
+                       programs_only: bool = False) -> Any:
         """Return the network bound to its plans for these inputs' layouts, or ``None``.
 
         A compiled chain (``pytapp._cexec.Chain``): called with the operands, it runs every
         step as its plan's compiled program when it has one, else through the plan's
         :meth:`~pytapp.TensorProduct.execute`, and returns the result (``None`` when a cache
         destroyed a plan meanwhile). ``None`` unless the compiled executor is built, the inputs
-        are used as they are (no diagonal or dropped axis) and are already of ``dt``.
+        are used as they are (no diagonal or dropped axis) and are already of ``dt``, and, with
+        ``programs_only``, unless every step is a compiled program.
         """
         want = dt.numpy_dtype
         if not program_executor_built() or any(p.drop or p.diagonal for p in self.prepared) or any(
@@ -424,10 +425,13 @@ class Network:
             plans.append(self._plan(k, handle, slots[step.a], b, d))
             buffers.append(d)
             slots.append(d)
+        programs = tuple(p.compiled_program for p in plans)
+        if programs_only and any(p is None for p in programs):
+            return None
         return compile_chain(
             ninputs=len(arrays), a=[st.a for st in self.steps],
             b=[-1 if st.b is None else st.b for st in self.steps], shapes=self._out_shapes,
-            type_num=want.num, programs=tuple(p.compiled_program for p in plans),
+            type_num=want.num, programs=programs,
             plans=tuple(plans), buffers=tuple(buffers), one=_ONE[dt])
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:

@@ -122,11 +122,10 @@ def test_clib_without_library_is_unavailable() -> None:
 
 
 def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytapp.backends import auto
+    from pytapp import wisdom
 
     cache = tmp_path / "tune.json"
-    monkeypatch.setenv("PYTAPP_AUTOTUNE_CACHE", str(cache))
-    monkeypatch.setattr(auto, "_loaded", False)
+    monkeypatch.setenv("PYTAPP_WISDOM", str(cache))
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 10))
     d = np.zeros((20, 10))
@@ -139,7 +138,9 @@ def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.M
     np.testing.assert_allclose(d, a @ b, rtol=1e-12)
     chosen = status.backend
     assert chosen in ("blas", "torch", "tblis")
-    assert chosen in json.loads(cache.read_text()).values()
+    saved = json.loads(cache.read_text())["entries"]["product"]
+    assert [entry["choice"] for entry in saved.values()] == [chosen]
+    wisdom.forget()  # a new process: reads the file
     again = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(b), "kj",
                           None, None, TensorInfo.from_array(d), "ij")
     assert again.algorithm.startswith(f"auto -> {chosen}")

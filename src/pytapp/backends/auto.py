@@ -4,26 +4,29 @@ A cost model in seconds ranks the capable backends from this machine's measured 
 (:mod:`pytapp.machine`: GEMM rates of NumPy's BLAS and torch per datatype, copy bandwidth):
 products that blas runs as one compiled kernel pass or as GEMMs on strided views stay on
 blas, F16/BF16 inputs go to torch when its native low-precision GEMM is the faster here,
-small-k TTGT with large copies to tblis, the rest to the smallest prediction. A product
-predicted above :data:`TUNE_ABOVE_SECONDS` is then timed once on every capable backend at its
-second execution and the winner is kept (``PYTAPP_AUTOTUNE``, read when a plan is created:
-``=0`` never times, ``=1`` or ``Executor(autotune=True)`` always does); winners are remembered
-per product structure in a bounded cache (persisted as JSON when ``PYTAPP_AUTOTUNE_CACHE``
-names a file). ``plan.explain()`` shows the candidates with predicted and measured times.
+small-k TTGT with large copies to tblis, the rest to the smallest prediction. The model
+decides by default, the same way in every process on one machine (its constants and the
+backends' per-call costs are measured once per machine and kept on disk). Timing the
+candidates is a refinement within a budget (:class:`pytapp.wisdom.Budget`): a product is
+timed only after :data:`~pytapp.wisdom.MIN_RUNS` executions, when timing the candidates
+predicted within :data:`TUNE_WITHIN` of the choice costs at most a tenth of what the product
+has run and is predicted to run. Winners are kept per machine in the wisdom file
+(:mod:`pytapp.wisdom`), so later processes start from them. ``PYTAPP_AUTOTUNE`` (read when a
+plan is created): ``=0`` never times, ``=1`` (or ``Executor(autotune=True)``) times at the
+first execution. ``plan.explain()`` shows the candidates with predicted and measured times.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 
 import numpy as np
 
+from pytapp import wisdom
 from pytapp.analysis.cost import (
     MachineModel,
     Route,
@@ -48,64 +51,22 @@ _log = logging.getLogger("pytapp")
 
 #: Backends ``auto`` may choose, in order of preference when the model has no opinion.
 CANDIDATES = ("blas", "torch", "tblis", "reference")
-#: Most product structures whose measured winner is remembered.
-CACHE_SIZE = 1024
 
-_winners: OrderedDict[str, str] = OrderedDict()
 _lock = threading.Lock()
-_loaded = False
 
 
 def _key(spec: ContractionSpec) -> str:
     return hashlib.sha1(repr(spec).encode()).hexdigest()
 
 
-def _cache_file() -> str | None:
-    return os.environ.get("PYTAPP_AUTOTUNE_CACHE") or None
-
-
-def _load() -> None:
-    global _loaded
-    path = _cache_file()
-    if _loaded or path is None:
-        return
-    _loaded = True
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if isinstance(data, dict):
-            for k, v in list(data.items())[-CACHE_SIZE:]:
-                _winners[str(k)] = str(v)
-    except (OSError, ValueError):
-        pass
-
-
-def _remember(key: str, name: str) -> None:
-    with _lock:
-        _winners[key] = name
-        _winners.move_to_end(key)
-        while len(_winners) > CACHE_SIZE:
-            _winners.popitem(last=False)
-        path = _cache_file()
-        if path is not None:
-            try:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                tmp = f"{path}.tmp"
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    json.dump(dict(_winners), fh)
-                os.replace(tmp, path)
-            except OSError:
-                pass
-
-
 #: Small contraction sizes where TBLIS (no explicit transposition) beats TTGT ...
 TBLIS_MAX_K = 64
 #: ... when TTGT would copy this many bytes, or cannot write D directly.
 TBLIS_MIN_COPY = 16 << 20
-#: Products predicted to take longer than this are timed on every capable backend at their
-#: second execution (unless PYTAPP_AUTOTUNE=0): the model ranks, a measurement decides. A
-#: product executed once is never timed: its first result comes without that delay.
-TUNE_ABOVE_SECONDS = 2e-3
+#: Candidates predicted more than this many times slower than the choice are not timed.
+TUNE_WITHIN = 4.0
+#: Seconds planning one more candidate for timing is assumed to cost.
+PLAN_SECONDS = 1e-3
 #: Per-call costs (:func:`call_overheads`) enter predictions only below this many seconds:
 #: above, tens of microseconds cannot change the ranking, and measuring them plans on every
 #: backend (importing torch costs a new process about two seconds).
@@ -114,8 +75,6 @@ OVERHEADS_MATTER_BELOW = 1e-3
 TORCH_MARGIN = 1.25
 #: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
 CONVERT_SECONDS = 1e-9
-#: Pause before timing each candidate while tuning (idle time for the previous one's threads).
-TUNE_SETTLE_SECONDS = 0.05
 #: Round-robin rounds of timed runs while tuning (the best of each candidate's runs counts).
 TUNE_ROUNDS = 3
 _LOW = frozenset({Datatype.F16, Datatype.BF16})
@@ -127,9 +86,10 @@ _overheads: dict[str, float] = {}
 def call_overheads(names: list[str]) -> dict[str, float]:
     """Seconds one execution costs each backend beyond its arithmetic.
 
-    The best of 15 runs of a 4x4 F64 GEMM, measured once per process (a few milliseconds).
-    torch's conversions and dispatch cost several times blas's; for the small products of a
-    tensor network this term decides.
+    The best of 15 runs of a 4x4 F64 GEMM, measured once per machine and kept in the wisdom
+    file (a few milliseconds; later processes read it, so they decide alike). torch's
+    conversions and dispatch cost several times blas's; for the small products of a tensor
+    network this term decides.
     """
     from pytapp import backends
     from pytapp.analysis.spec import build_spec
@@ -138,6 +98,12 @@ def call_overheads(names: list[str]) -> dict[str, float]:
     from pytapp.precision import Prectype
 
     missing = [n for n in names if n not in _overheads]
+    for name in list(missing):
+        known = wisdom.lookup("overhead", name)
+        if isinstance(known, (int, float)):
+            with _lock:
+                _overheads[name] = float(known)
+            missing.remove(name)
     if missing:
         x = np.ones((4, 4))
         item = (Datatype.F64, (4, 4), (4, 1))
@@ -159,6 +125,7 @@ def call_overheads(names: list[str]) -> dict[str, float]:
                 best = 0.0
             with _lock:
                 _overheads[name] = best
+            wisdom.record("overhead", name, best)
     return {n: _overheads[n] for n in names}
 
 
@@ -261,7 +228,7 @@ def _tune_policy() -> str:
 
 
 class AutoPlan:
-    """The chosen backend's plan; the other candidates are planned only for autotuning."""
+    """The chosen backend's plan; the other candidates are planned only for timing them."""
 
     @property
     def compiled(self) -> bool:
@@ -269,17 +236,57 @@ class AutoPlan:
         return self.choice == "blas"
 
     def __init__(self, spec: ContractionSpec, candidates: dict[str, Backend], choice: str,
-                 executor: Executor | None, predicted: dict[str, float] | None = None) -> None:
+                 executor: Executor | None, predicted: dict[str, float] | None = None,
+                 planned: dict[str, BackendPlan] | None = None) -> None:
         self.spec, self.candidates, self.choice = spec, candidates, choice
-        self.plans: dict[str, BackendPlan] = {choice: candidates[choice].plan(spec, executor)}
+        planned = dict(planned or {})
+        self.plans: dict[str, BackendPlan] = {
+            choice: planned.pop(choice) if choice in planned
+            else candidates[choice].plan(spec, executor)}
         self.key = _key(spec)
         self.tuned = False
-        self.runs = 0  # executions so far (the default tuning waits for the second)
+        self.budget = wisdom.Budget()  # executions so far, and their seconds
         self.predicted = dict(predicted or {})
         self.measured: dict[str, float] = {}
         self._prefix = f"auto -> {choice}: "
         self._last = ("", "")  # (a backend's algorithm, the prefixed text) of the last run
         self._policy = _tune_policy()  # read once per plan: reading the environment costs 1 us
+        self._timed = self._worth_timing()
+        for name, other in planned.items():  # planned to ask what it would do
+            if name in self._timed:
+                self.plans[name] = other
+            else:
+                other.release()
+        # What timing costs, in mean executions of the choice, plus the planning of the others.
+        self._cost_runs, self._cost_fixed = self._timing_cost()
+
+    @property
+    def runs(self) -> int:
+        """Executions so far."""
+        return self.budget.runs
+
+    def _worth_timing(self) -> list[str]:
+        """Return the candidates worth timing: predicted within :data:`TUNE_WITHIN`."""
+        own = self.predicted.get(self.choice)
+        names = []
+        for name in self.candidates:
+            if name == "reference" and len(self.candidates) > 1:
+                continue  # never the fastest; its cost can be prohibitive
+            pred = self.predicted.get(name)
+            if name == self.choice or own is None or pred is None or pred <= TUNE_WITHIN * own:
+                names.append(name)
+        return names
+
+    def _timing_cost(self) -> tuple[float, float]:
+        own = self.predicted.get(self.choice) or 0.0
+        runs = fixed = 0.0
+        for name in self._timed:
+            pred = self.predicted.get(name)
+            ratio = pred / own if pred is not None and own > 0 else 1.0
+            runs += (1 + TUNE_ROUNDS) * max(ratio, 1.0)
+            if name not in self.plans:
+                fixed += PLAN_SECONDS
+        return runs, fixed
 
     def explain(self) -> str:
         """Candidates with predicted (and, once tuned, measured) seconds, and the choice."""
@@ -308,21 +315,17 @@ class AutoPlan:
         return int(getattr(self.plans[self.choice], "workspace_bytes", 0))
 
     def _tune(self, bound: BoundProduct, executor: Executor | None) -> None:
-        """Time every candidate on these operands; D ends with the last (valid) result.
+        """Time the candidates worth it on these operands; D ends with the last valid result.
 
         Each candidate is warmed up (first calls compile and allocate), then timed in
-        :data:`TUNE_ROUNDS` round-robin rounds, each run after a pause: the previous library's
-        worker threads keep spinning for a while and would slow the next one down, and
-        rounds keep that order from favouring one library. The best time of each counts.
+        :data:`TUNE_ROUNDS` round-robin rounds without pauses (rounds keep the order from
+        favouring one library); the best time of each counts.
         """
         plans: dict[str, BackendPlan] = {}
-        for name, backend in self.candidates.items():
-            if name == "reference" and len(self.candidates) > 1:
-                continue  # never the fastest; its cost can be prohibitive
+        for name in self._timed:
             try:
-                plan = self.plans.get(name) or backend.plan(self.spec, executor)
+                plan = self.plans.get(name) or self.candidates[name].plan(self.spec, executor)
                 self.plans[name] = plan
-                time.sleep(TUNE_SETTLE_SECONDS)
                 plan.run(bound, executor)
             except Exception:  # a candidate that cannot run these operands is not chosen
                 continue
@@ -332,7 +335,6 @@ class AutoPlan:
             for name, plan in plans.items():
                 if name not in times:
                     continue
-                time.sleep(TUNE_SETTLE_SECONDS)
                 start = time.perf_counter()
                 try:
                     plan.run(bound, executor)
@@ -347,22 +349,25 @@ class AutoPlan:
                       ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in times.items()))
             self._prefix = f"auto -> {self.choice}: "
             self._last = ("", "")
-            _remember(self.key, self.choice)
+            wisdom.record("product", self.key, {"choice": self.choice, "seconds": times})
         self.tuned = True
 
     def _should_tune(self, executor: Executor | None) -> bool:
         """Tell whether to time the candidate backends now.
 
-        Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) a product executed
-        before whose chosen backend is predicted to take long enough that timing the others
-        once pays.
+        Executor(autotune=True), or PYTAPP_AUTOTUNE=1, or (by default) when the budget
+        allows what timing would cost.
         """
         policy = self._policy
-        if policy in ("0", "off", "never") or len(self.candidates) < 2:
+        if policy in ("0", "off", "never") or len(self._timed) < 2:
             return False
         if (executor is not None and executor.autotune) or policy in ("1", "on", "always"):
             return True
-        return self.runs > 0 and self.predicted.get(self.choice, 0.0) >= TUNE_ABOVE_SECONDS
+        budget = self.budget
+        if budget.runs < wisdom.MIN_RUNS:
+            return False
+        cost = budget.seconds / budget.runs * self._cost_runs + self._cost_fixed
+        return budget.allows(cost)
 
     def release(self) -> None:
         """Release every candidate's plan."""
@@ -371,13 +376,16 @@ class AutoPlan:
             plan.release()
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
-        """Run the chosen backend (timing the candidates first when autotuning)."""
+        """Run the chosen backend (timing the candidates first when the budget allows)."""
         if not self.tuned and self._should_tune(executor):
             writes_input = bound.c is not None and np.may_share_memory(bound.c, bound.d)
             if not writes_input:  # every candidate must see the same C
                 self._tune(bound, executor)
+            else:
+                self.tuned = True  # this product overwrites its input: never time it
+        start = time.perf_counter()
         status = self.plans[self.choice].run(bound, executor)
-        self.runs += 1
+        self.budget.add(time.perf_counter() - start)
         if status.algorithm is not self._last[0]:  # the same string object: reuse the sum
             self._last = (status.algorithm, self._prefix + status.algorithm)
         status.algorithm = self._last[1]
@@ -395,7 +403,7 @@ class AutoBackend(Stateless):
         return True, ""
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> AutoPlan:
-        """Pick by remembered measurement, else by the cost model; plan on that backend."""
+        """Pick by this machine's wisdom, else by the cost model; plan on that backend."""
         from pytapp import backends
 
         candidates: dict[str, Backend] = {}
@@ -406,25 +414,25 @@ class AutoBackend(Stateless):
                 continue
             if backend.capabilities.unsupported_reason(spec) is None:
                 candidates[name] = backend
-        with _lock:
-            _load()
-            remembered = _winners.get(_key(spec))
+        known = wisdom.lookup("product", _key(spec))
+        remembered = known.get("choice") if isinstance(known, dict) else None
         profile = None
+        planned: dict[str, BackendPlan] = {}
         if "blas" in candidates:
-            blas_plan = candidates["blas"].plan(spec, executor)
-            profile = getattr(blas_plan, "profile", None)
+            planned["blas"] = candidates["blas"].plan(spec, executor)
+            profile = getattr(planned["blas"], "profile", None)
         machine = machine_constants()
         tunable = [n for n in candidates if n != "reference"]
         predicted = predictions(spec, tunable, profile, machine)
         choice = remembered if remembered in candidates else model_choice(
             spec, list(candidates), profile, machine)
         try:
-            plan = AutoPlan(spec, candidates, str(choice), executor, predicted)
+            plan = AutoPlan(spec, candidates, str(choice), executor, predicted, planned)
         except TappError:
             # Capabilities do not say everything (torch and tblis take at most 52 labels,
             # a library may refuse a layout): only auto may choose another backend.
             choice = "blas" if "blas" in candidates and choice != "blas" else "reference"
-            plan = AutoPlan(spec, candidates, choice, executor, predicted)
+            plan = AutoPlan(spec, candidates, choice, executor, predicted, planned)
         plan.tuned = remembered in candidates
         _log.debug("auto on %s: %s (%s); predicted %s", spec.einsum(), plan.choice,
                    "remembered" if plan.tuned else "cost model",

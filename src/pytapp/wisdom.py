@@ -1,0 +1,181 @@
+"""Tuning results kept per machine on disk (like FFTW's wisdom), and the tuning budget.
+
+What the tuners measured (the fastest backend of a product or of a whole einsum network, each
+backend's per-call cost) is kept in one JSON file: ``$PYTAPP_WISDOM``, else ``wisdom.json``
+in :func:`pytapp.machine.cache_dir` (``PYTAPP_WISDOM=off`` keeps it in memory only). The file
+is valid for one :func:`pytapp.machine.fingerprint` (CPU model and flags, core count, numpy,
+torch, pytblis and pytapp versions): when that changes, its entries are ignored and replaced.
+Two processes may write at once: each write takes a lock file where the platform has one,
+merges the entries already on disk with its own, writes a temporary file and renames it over
+the old one, so a reader sees one whole version or the other.
+
+:class:`Budget` is the rule both tuners follow: the cost model decides by default, and a
+product (or network) is timed only once it has run :data:`MIN_RUNS` times and the timing
+costs at most :data:`TUNE_SHARE` of the time it has run and is predicted to run.
+
+Examples
+--------
+>>> b = Budget()
+>>> for _ in range(MIN_RUNS):
+...     b.add(1e-3)
+>>> b.allows(1e-3), b.allows(1.0)
+(True, False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytapp.machine import cache_dir, fingerprint
+
+__all__ = ["MIN_RUNS", "TUNE_SHARE", "Budget", "forget", "lookup", "path", "record"]
+
+#: Share of a product's past and predicted run time that timing it may cost.
+TUNE_SHARE = 0.1
+#: Fewest executions before a product is timed (a product run a few times never is).
+MIN_RUNS = 50
+#: Most entries kept per section (the oldest are dropped first).
+SECTION_SIZE = 4096
+#: File format version (a file of another version is ignored).
+FORMAT = 1
+
+
+@dataclass
+class Budget:
+    """Runs and seconds of one product (or network) so far: what timing it may cost.
+
+    A product that ran ``runs`` times for ``seconds`` is predicted to run about as long
+    again; timing its candidates may cost :data:`TUNE_SHARE` of both together.
+    """
+
+    runs: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        """Count one execution that took ``seconds``."""
+        self.runs += 1
+        self.seconds += seconds
+
+    def allows(self, cost: float) -> bool:
+        """Whether timing that costs ``cost`` seconds fits the budget now."""
+        return self.runs >= MIN_RUNS and cost <= TUNE_SHARE * 2 * self.seconds
+
+
+def path() -> Path | None:
+    """Return the wisdom file (``None`` when ``PYTAPP_WISDOM=off``).
+
+    ``PYTAPP_WISDOM``, else the older ``PYTAPP_AUTOTUNE_CACHE``, else ``wisdom.json`` in the
+    user cache directory.
+    """
+    env = (os.environ.get("PYTAPP_WISDOM") or os.environ.get("PYTAPP_AUTOTUNE_CACHE")
+           or "").strip()
+    if env.lower() in ("off", "0", "none"):
+        return None
+    return Path(env) if env else cache_dir() / "wisdom.json"
+
+
+_lock = threading.Lock()
+_loaded: str | None = None  # the file ("off": none) whose entries _entries holds
+_entries: dict[str, dict[str, Any]] = {}
+
+
+def _read(file: Path) -> dict[str, dict[str, Any]]:
+    """Return the sections of ``file`` when it is valid for this machine, else nothing."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if (not isinstance(data, dict) or data.get("format") != FORMAT
+            or data.get("fingerprint") != fingerprint()
+            or not isinstance(data.get("entries"), dict)):
+        return {}
+    return {str(k): dict(v) for k, v in data["entries"].items() if isinstance(v, dict)}
+
+
+def _current(file: Path | None) -> dict[str, dict[str, Any]]:
+    """Return the entries of ``file``, read once per file (the caller holds the lock)."""
+    global _loaded, _entries
+    name = "off" if file is None else str(file)
+    if name != _loaded:
+        _entries = {} if file is None else _read(file)
+        _loaded = name
+    return _entries
+
+
+def lookup(section: str, key: str) -> Any:
+    """Return what was recorded under ``section`` and ``key`` (``None`` when nothing was).
+
+    Examples
+    --------
+    >>> lookup("example", "never recorded") is None
+    True
+    """
+    with _lock:
+        return _current(path()).get(section, {}).get(key)
+
+
+@contextlib.contextmanager
+def _file_lock(file: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``file``'s lock file while merging (where fcntl exists)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: the rename alone keeps files whole
+        yield
+        return
+    with open(f"{file}.lock", "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _bounded(section: dict[str, Any]) -> dict[str, Any]:
+    items = list(section.items())[-SECTION_SIZE:]
+    return dict(items)
+
+
+def record(section: str, key: str, value: Any) -> None:
+    """Remember ``value`` (JSON data) under ``section`` and ``key``, and merge it to disk.
+
+    A file that cannot be written (read-only home) is not an error: the value stays in this
+    process.
+    """
+    file = path()
+    with _lock:
+        entries = _current(file)
+        mine = entries.setdefault(section, {})
+        mine.pop(key, None)
+        mine[key] = value
+        entries[section] = _bounded(mine)
+        if file is None:
+            return
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            with _file_lock(file):
+                merged = _read(file)
+                for name, values in entries.items():
+                    merged[name] = _bounded({**merged.get(name, {}), **values})
+                fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump({"format": FORMAT, "fingerprint": fingerprint(),
+                               "entries": merged}, fh)
+                os.replace(tmp, file)
+        except OSError:
+            return
+        entries.update(merged)
+
+
+def forget() -> None:
+    """Drop what this process remembers; the file is read again on the next lookup."""
+    global _loaded, _entries
+    with _lock:
+        _loaded, _entries = None, {}
