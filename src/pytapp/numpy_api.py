@@ -31,6 +31,7 @@ from pytapp.expression import (
     cached_expression,
     is_torch,
     normalize_call,
+    path_key,
     result_datatype,
     to_numpy,
 )
@@ -106,7 +107,8 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     thin_key: tuple[Any, ...] | None = None
     if out is None and type(subscripts) is str and all(type(x) is np.ndarray
                                                         for x in operands):
-        thin_key = (subscripts, optimize, memory_limit, backend, dtype,
+        # an explicit path (a list) as a tuple: a reused path hits this cache too
+        thin_key = (subscripts, path_key(optimize), memory_limit, backend, dtype,
                     *(x.shape for x in operands))
         try:
             cached = _thin.get(thin_key)
