@@ -339,16 +339,17 @@ def _cmd_bench_networks(args: argparse.Namespace) -> int:
     from pytapp.bench import networks
 
     backend = args.backend[0] if args.backend != ["auto", "blas"] else None
-    cases = networks.network_cases(args.size)
+    cases = networks.network_cases(args.size, quick=args.quick)
     if args.case:
         cases = [c for c in cases if any(k in c.name for k in args.case)]
     callback, bar = _progress_printer()
     with bar:
-        total = len(cases) * (1 + len(networks.PEERS))
-        done = iter(range(total))
+        done = iter(range(len(cases)))
         results = networks.run_networks(
-            cases, repeats=args.repeats, backend=backend,
-            progress=lambda what: callback(what, next(done), total))
+            cases, repeats=args.repeats, backend=backend, roof=not args.quick,
+            threads=args.threads,
+            sample_seconds=networks.SAMPLE_SECONDS / (10 if args.quick else 1),
+            progress=lambda what: callback(what, next(done), len(cases)))
     print(networks.networks_table(results))
     return _write_reports(args, results, networks.networks_json(results),
                           networks.networks_plot, networks.networks_markdown)
@@ -695,8 +696,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="threads for every library (default: all)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per contender (least)")
     p.add_argument("--min-seconds", type=float, default=0.5,
-                   help="keep timing a contender (up to 50 calls) until this much time is spent")
+                   help="keep timing in rounds (up to 50) until each contender ran this long")
     p.add_argument("--size", type=float, default=1.0, help="scale every extent by this")
+    p.add_argument("--quick", action="store_true",
+                   help="networks suite: tiny networks, short samples, no roof (smoke runs)")
     p.add_argument("--generate", nargs="+", metavar="DOMAIN",
                    help="add randomized cases of these domains")
     p.add_argument("--generate-count", type=int, default=2, help="randomized cases per domain")

@@ -40,7 +40,7 @@ from pytapp.handle import Handle
 from pytapp.network import Network, PathInfo
 from pytapp.operands import to_ndarray
 
-__all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call",
+__all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call", "path_key",
            "result_datatype", "to_library", "to_numpy"]
 
 #: Most expressions :func:`cached_expression` keeps.
@@ -417,6 +417,23 @@ class EinsumExpression:
         self.network.release()
 
 
+def path_key(optimize: Any) -> Any:
+    """Return ``optimize`` hashable when it is an explicit path.
+
+    A path (``[(0, 1), (0, 1)]``, NumPy's ``['einsum_path', ...]``) becomes a tuple of tuples;
+    anything else comes back as it is (the same object).
+
+    Examples
+    --------
+    >>> path_key([(0, 1), [0, 1]]), path_key("greedy")
+    (((0, 1), (0, 1)), 'greedy')
+    """
+    if isinstance(optimize, (list, tuple)) and all(
+            isinstance(s, (str, tuple, list)) for s in optimize):
+        return tuple(tuple(s) if isinstance(s, list) else s for s in optimize)
+    return optimize
+
+
 def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: Any,
                       memory_limit: Any, backend: str | None, dtype: Any) -> EinsumExpression:
     """Return an expression for these operand shapes.
@@ -426,11 +443,8 @@ def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: A
     """
     shapes = tuple(a.shape for a in arrays)
     key: Hashable | None = None
-    if optimize is None or isinstance(optimize, (bool, str)) or (
-            isinstance(optimize, (list, tuple))
-            and all(isinstance(s, (str, tuple, list)) for s in optimize)):
-        opt_key = tuple(tuple(s) if isinstance(s, list) else s for s in optimize) \
-            if isinstance(optimize, (list, tuple)) else optimize
+    opt_key = path_key(optimize)
+    if optimize is None or isinstance(optimize, (bool, str)) or opt_key is not optimize:
         key = (subscripts, shapes, opt_key, str(memory_limit), backend_name(backend),
                None if dtype is None else datatype_of(dtype, "dtype="))
         with _cache_lock:

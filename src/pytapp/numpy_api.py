@@ -31,6 +31,7 @@ from pytapp.expression import (
     cached_expression,
     is_torch,
     normalize_call,
+    path_key,
     result_datatype,
     to_numpy,
 )
@@ -109,9 +110,8 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     layout_key: tuple[Any, ...] | None = None
     if out is None and type(subscripts) is str and all(type(x) is np.ndarray
                                                         for x in operands):
-        opt = optimize
-        if type(opt) is list:  # an explicit path, the usual way to reuse one: a key too
-            opt = tuple(tuple(s) if type(s) is list else s for s in opt)
+        # an explicit path (a list) as a tuple: a reused path hits these caches too
+        opt = path_key(optimize)
         layout_key = (subscripts, opt, memory_limit, backend, dtype,
                       *[(x.shape, x.strides, x.dtype.num) for x in operands])
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from pytapp.bench.cases import (
     small_family,
     suite,
 )
-from pytapp.bench.harness import run_bench, time_call
+from pytapp.bench.harness import interleaved, run_bench, time_call
 from pytapp.bench.peers import Contender
 from pytapp.cli import main
 
@@ -62,6 +63,27 @@ def test_arrays_are_random_not_zero() -> None:
     assert np.count_nonzero(a) == a.size and np.count_nonzero(b) == b.size
     assert np.count_nonzero(c) == c.size and c.shape == d.shape
     assert d.shape == TINY[0].shape(TINY[0].labels[2])
+
+
+def test_interleaved_rounds_shuffle_and_repeat() -> None:
+    order: list[str] = []
+    calls = {name: (lambda n=name: order.append(n)) for name in "abcd"}
+    times = interleaved(calls, rounds=6, sample_seconds=0.0, seed=1)
+    assert sorted(times) == list("abcd") and all(len(t) == 6 for t in times.values())
+    timed = order[8:]  # after one warm-up and one calibration call each
+    rounds = [timed[i:i + 4] for i in range(0, len(timed), 4)]
+    assert len(rounds) == 6 and all(sorted(r) == list("abcd") for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1  # the order changes between rounds
+    # A sample repeats a fast call for about sample_seconds; a slow one runs once.
+    slow = interleaved({"sleep": lambda: time.sleep(0.004)}, rounds=2, sample_seconds=0.001)
+    assert len(slow["sleep"]) == 2 and min(slow["sleep"]) >= 0.004
+    count: list[int] = []
+    fast = interleaved({"x": lambda: count.append(1)}, rounds=1, sample_seconds=0.005)
+    assert len(count) > 10 and fast["x"][0] < 0.005
+    # More rounds until min_seconds are spent.
+    more = interleaved({"sleep": lambda: time.sleep(0.002)}, rounds=1, sample_seconds=0.0,
+                       min_seconds=0.02)
+    assert 5 <= len(more["sleep"]) <= 50
 
 
 def test_time_call_counts() -> None:

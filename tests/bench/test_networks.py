@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
+import opt_einsum
 
 from pytapp.bench.networks import (
+    COMPILED,
+    ONE_SHOT,
+    PEERS,
     network_cases,
     networks_json,
     networks_markdown,
@@ -16,35 +21,47 @@ from pytapp.bench.networks import (
 )
 from pytapp.cli import main
 
+KINDS = ("mps_norm", "peps", "ccsd_quadratic", "ao_to_mo", "linear_attention", "mpo_env",
+         "tt_matvec", "tucker", "cp_", "bilinear", "mera", "chain", "circuit_amplitude")
 
-def test_five_networks_from_three_fields() -> None:
+
+def test_networks_across_domains_and_sizes() -> None:
     cases = network_cases()
-    assert len(cases) == 5
-    assert {c.domain for c in cases} == {"tensor network", "quantum chemistry",
-                                         "machine learning"}
-    for case in network_cases(0.1):
+    assert len(cases) >= 12 and len({c.name for c in cases}) == len(cases)
+    assert all(any(k in c.name for c in cases) for k in KINDS)
+    assert {c.domain for c in cases} >= {"tensor network", "quantum chemistry",
+                                         "machine learning", "quantum computing",
+                                         "linear algebra"}
+    sizes = [sum(math.prod(s) for s in c.shapes) for c in cases]
+    assert min(sizes) < 1000 < 10**6 < max(sizes)  # from tiny to large
+    for case in network_cases(quick=True):
         arrays = case.arrays()
         assert len(arrays) == len(case.shapes) and all(np.any(a != 0) for a in arrays)
-        np.einsum(case.equation, *arrays, optimize=True)  # the shapes fit the equation
+        opt_einsum.contract_path(case.equation, *arrays)  # the shapes fit the equation
 
 
-def test_every_contender_is_checked(tmp_path: Path) -> None:
-    results = run_networks(network_cases(0.1), repeats=1)
+def test_every_contender_is_checked() -> None:
+    cases = [c for c in network_cases(quick=True) if "tucker" in c.name or "circuit" in c.name]
+    results = run_networks(cases, repeats=2, roof=False, sample_seconds=0.001)
     for r in results:
-        assert set(r.times) == {"pytapp", "opt_einsum", "cotengra", "torch.einsum"}
+        assert set(r.times) == {ONE_SHOT, COMPILED, *PEERS}
         assert max(r.errors.values()) < 1e-4, r.errors
-        assert r.ratio > 0
+        best = min(t for n, t in r.times.items() if n in PEERS)
+        assert math.isclose(r.ratio, best / r.times[COMPILED])
+        assert math.isclose(r.oneshot_ratio, best / r.times[ONE_SHOT])
+        assert r.flops > 0 and math.isnan(r.roof_s)
     table = networks_table(results)
-    assert "geometric mean" in table and "mps_norm_c128" in table
+    assert "geometric mean" in table and "tucker_f64" in table and "one-shot" in table
     data = json.loads(json.dumps(networks_json(results)))
-    assert len(data["cases"]) == 5 and data["cases"][0]["path"]
+    assert len(data["cases"]) == 2 and data["cases"][0]["path"]
+    assert data["geomean_compiled"] > 0 and data["geomean_oneshot"] > 0
     assert "![networks](n.png)" in networks_markdown(results, "n.png")
 
 
 def test_cli_networks_suite(tmp_path: Path) -> None:
     out = tmp_path / "n.json"
     md = tmp_path / "n.md"
-    assert main(["bench", "--suite", "networks", "--size", "0.1", "--repeats", "1",
+    assert main(["bench", "--suite", "networks", "--quick", "--repeats", "1",
                  "--case", "ccsd", "--json", str(out), "--markdown", str(md)]) == 0
     assert json.loads(out.read_text())["cases"][0]["name"] == "ccsd_quadratic_f64"
     assert "ccsd_quadratic_f64" in md.read_text()

@@ -1,4 +1,10 @@
-"""Timing harness: warm-up, repeats, roofline, correctness of every timed result, memory.
+"""Timing harness: interleaved rounds, roofline, correctness of every timed result, memory.
+
+Contenders are timed in rounds (:func:`interleaved`): each round runs every contender once, in
+a shuffled order, as one sample of repeated calls lasting about :data:`SAMPLE_SECONDS`; the
+fastest round is kept. A library whose idle threads still spin, a frequency change or another
+process then slows every contender alike instead of the one that happened to be timed at that
+moment (timing one contender after the other, after pauses, made ratios swing by 30-50%).
 
 Examples
 --------
@@ -16,10 +22,11 @@ import gc
 import math
 import os
 import platform
+import random
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,13 +51,14 @@ from pytapp.precision import tolerance_for_eps, within_tolerance
 
 __all__ = [
     "BenchResult", "CaseResult", "Measurement", "copy_bandwidth", "environment",
-    "geometric_mean", "measure_peaks",
-    "permutation_speeds", "run_bench", "summary_lines", "time_call",
+    "geometric_mean", "interleaved", "measure_peaks",
+    "permutation_speeds", "run_bench", "summary_lines", "thread_limits", "time_call",
 ]
 
 Progress = Callable[[str, int, int], None]
-#: Pause before timing each contender, so that idle threads of the previous one stop spinning.
-SETTLE_SECONDS = 0.3
+#: How long one timed sample of a contender lasts (its call repeated): tens of milliseconds,
+#: long enough for the clock and short enough for many rounds.
+SAMPLE_SECONDS = 0.02
 
 
 @dataclass
@@ -60,9 +68,9 @@ class Measurement:
     name: str
     kind: str
     verdict: str  # "ok", "wrong: ...", "n/a: ..."
-    median_s: float = math.nan
-    min_s: float = math.nan
-    repeats: int = 0
+    median_s: float = math.nan  # per call, median over rounds (the spread: see min_s)
+    min_s: float = math.nan  # per call, fastest round: what rates and ratios use
+    repeats: int = 0  # rounds
     gflops: float = math.nan
     ratio_to_best_peer: float = math.nan
     roofline_pct: float = math.nan
@@ -99,10 +107,10 @@ class BenchResult:
         ratios = []
         for c in self.cases:
             m = c.measurements.get(name)
-            others = [o.median_s for n, o in c.measurements.items()
+            others = [o.min_s for n, o in c.measurements.items()
                       if n != name and o.kind == "backend" and o.timed]
             if m is not None and m.timed and others:
-                ratios.append(min(min(others), m.median_s) / m.median_s)
+                ratios.append(min(min(others), m.min_s) / m.min_s)
         return geometric_mean(ratios)
 
     def geomean_ratio(self, name: str) -> float:
@@ -156,6 +164,56 @@ def time_call(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5,
         times.append(elapsed)
         spent += elapsed
         if spent > max_seconds and len(times) >= 2:
+            break
+    return times
+
+
+def _sample(fn: Callable[[], Any], number: int) -> float:
+    """Seconds per call of ``number`` back-to-back calls of ``fn``."""
+    start = time.perf_counter_ns()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter_ns() - start) / 1e9 / number
+
+
+def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
+                sample_seconds: float = SAMPLE_SECONDS, min_seconds: float = 0.0,
+                max_rounds: int = 50, max_seconds: float = 60.0,
+                seed: int = 0) -> dict[str, list[float]]:
+    """Time ``calls`` in interleaved rounds; return each one's seconds per call, per round.
+
+    Every call is warmed up once and calibrated: a sample repeats it as often as fits in
+    ``sample_seconds`` (once when a single call takes longer). Each round then times one
+    sample of every call, in an order shuffled anew (seeded by ``seed``). At least ``rounds``
+    rounds (at least 1) run, more (up to ``max_rounds``) until every call has been timed
+    for ``min_seconds``; once a whole run has spent ``max_seconds`` it stops after at least
+    2 rounds. The caller keeps the minimum over rounds (the run least disturbed).
+
+    Examples
+    --------
+    >>> times = interleaved({"sum": lambda: sum(range(100)), "len": lambda: len("ab")},
+    ...                     rounds=3, sample_seconds=0.001)
+    >>> sorted(times), len(times["sum"])
+    (['len', 'sum'], 3)
+    """
+    names = list(calls)
+    numbers: dict[str, int] = {}
+    for name in names:
+        calls[name]()  # warm-up: first-call costs (plans, imports, compiled kernels)
+        once = _sample(calls[name], 1)
+        numbers[name] = max(1, min(1_000_000, int(sample_seconds / max(once, 1e-9))))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    order = random.Random(seed)
+    started = time.perf_counter()
+    while True:
+        order.shuffle(names)
+        for name in names:
+            times[name].append(_sample(calls[name], numbers[name]))
+        done = len(times[names[0]]) if names else max_rounds
+        spent = min((sum(t) * numbers[n] for n, t in times.items()), default=math.inf)
+        if done >= max_rounds or (done >= 2 and time.perf_counter() - started > max_seconds):
+            break
+        if done >= max(rounds, 1) and spent >= min_seconds:
             break
     return times
 
@@ -325,7 +383,11 @@ def _peak_extra(contender: Contender) -> int | None:
         tracemalloc.stop()
 
 
-def _thread_scope(threads: int | None) -> ExitStack:
+def thread_limits(threads: int | None) -> ExitStack:
+    """Give every library's pool ``threads`` threads inside a ``with`` block (None: as is).
+
+    BLAS and OpenMP pools (threadpoolctl), and torch's and TBLIS's own.
+    """
     stack = ExitStack()
     if threads:
         stack.enter_context(thread_scope(threads))
@@ -342,7 +404,7 @@ def _thread_scope(threads: int | None) -> ExitStack:
 def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
              peaks: dict[str, Any], repeats: int, threads: int | None,
              extra: dict[str, Callable[..., Contender]] | None = None,
-             min_seconds: float = 0.0) -> CaseResult:
+             min_seconds: float = 0.0, sample_seconds: float = SAMPLE_SECONDS) -> CaseResult:
     """Time every contender on ``case`` and judge every result."""
     out = CaseResult(case)
     a, b, c, d = case.arrays(seed=zlib.crc32(case.name.encode()))
@@ -362,29 +424,32 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
         except NotApplicable as exc:
             out.measurements[name] = Measurement(name, "?", f"n/a: {exc}")
     results: dict[str, np.ndarray] = {}
+    timeable: dict[str, Contender] = {}
     for who in contenders:
-        # Worker threads of the previous library (OpenBLAS, OpenMP) spin for a while after
-        # their last call and would steal the cores from this one: let them go idle first.
-        time.sleep(SETTLE_SECONDS)
-        try:
-            times = time_call(who.call, warmup=1, repeats=repeats, min_seconds=min_seconds)
-            results[who.name] = who.result(who.call())
+        try:  # a contender that fails is reported, never timed
+            who.call()
+            timeable[who.name] = who
         except Exception as exc:
             out.measurements[who.name] = Measurement(who.name, who.kind, f"n/a: failed: {exc}")
-            continue
-        med = float(np.median(times))
-        out.measurements[who.name] = Measurement(
-            who.name, who.kind, "ok", med, min(times), len(times), case.flops / med / 1e9,
-            peak_extra_bytes=_peak_extra(who),
+    rounds = interleaved({name: who.call for name, who in timeable.items()}, rounds=repeats,
+                         sample_seconds=sample_seconds, min_seconds=min_seconds,
+                         seed=zlib.crc32(case.name.encode()))
+    for name, who in timeable.items():
+        # the result of the algorithm timed (auto may have changed its choice while timed)
+        results[name] = who.result(who.call())
+        best = min(rounds[name])
+        out.measurements[name] = Measurement(
+            name, who.kind, "ok", float(np.median(rounds[name])), best, len(rounds[name]),
+            case.flops / best / 1e9, peak_extra_bytes=_peak_extra(who),
             algorithm=who.what_ran())
     timed_peers = [m for m in out.measurements.values() if m.kind == "peer" and m.timed]
     reference = min(timed_peers or [m for m in out.measurements.values() if m.timed],
-                    key=lambda m: m.median_s, default=None)
+                    key=lambda m: m.min_s, default=None)
     if reference is not None:
         verdicts = _check(case, results, reference.name, a, b, c)
         for name, verdict in verdicts.items():
             out.measurements[name].verdict = verdict
-    best_peer = min((m.median_s for m in timed_peers), default=math.nan)
+    best_peer = min((m.min_s for m in timed_peers), default=math.nan)
     peak = peaks.get("gemm_gflops", {}).get(_compute(case.datatype).short_name, math.nan)
     bandwidth = max(peaks.get("copy_gbytes_per_s", math.nan),
                     copy_bandwidth(case.bytes_moved) if peaks else math.nan)
@@ -399,7 +464,7 @@ def run_case(case: BenchCase, backends: Sequence[str], peers: Sequence[str],
     out.attainable_gflops = attainable
     for m in out.measurements.values():
         if m.timed:
-            m.ratio_to_best_peer = best_peer / m.median_s
+            m.ratio_to_best_peer = best_peer / m.min_s
             m.roofline_pct = 100.0 * m.gflops / attainable
     return out
 
@@ -409,14 +474,18 @@ def run_bench(cases: Sequence[BenchCase], backends: Sequence[str] = ("blas",),
               threads: int | None = None, repeats: int = 5, suite: str = "custom",
               progress: Progress | None = None, measure_peaks_: bool = True,
               extra: dict[str, Callable[..., Contender]] | None = None,
-              min_seconds: float = 0.0, **kwargs: Any) -> BenchResult:
+              min_seconds: float = 0.0, sample_seconds: float = SAMPLE_SECONDS,
+              **kwargs: Any) -> BenchResult:
     """Run ``cases`` for every backend and peer; see :class:`BenchResult`.
+
+    Per case, the contenders are timed in ``repeats`` interleaved rounds (more until each
+    has run ``min_seconds``) of samples of ``sample_seconds`` (see :func:`interleaved`).
 
     ``extra`` adds contenders built by callables ``(case, a, b, d) -> Contender`` (tests use
     it to inject a deliberately wrong one).
     """
     do_peaks = kwargs.get("measure_peaks", measure_peaks_)
-    with _thread_scope(threads):
+    with thread_limits(threads):
         env = environment(threads)
         peaks = measure_peaks([c.datatype for c in cases]) if do_peaks else {}
         result = BenchResult(suite, env, peaks)
@@ -424,7 +493,7 @@ def run_bench(cases: Sequence[BenchCase], backends: Sequence[str] = ("blas",),
             if progress is not None:
                 progress(case.name, i, len(cases))
             result.cases.append(run_case(case, backends, peers, peaks, repeats, threads, extra,
-                                         min_seconds))
+                                         min_seconds, sample_seconds))
         if progress is not None:
             progress("done", len(cases), len(cases))
     return result

@@ -1,38 +1,60 @@
 """``pytapp bench --suite networks``: whole einsum networks against the libraries people use.
 
-Five networks from the fields pytapp serves (tensor networks, quantum chemistry, machine
-learning). Every contender contracts the same network along the same path (the greedy path of
-opt_einsum, which torch.einsum also picks): ``pytapp.einsum_expression``, opt_einsum's
-``contract_expression`` on NumPy, cotengra's ``einsum_expression`` on NumPy, and
-``torch.einsum`` on tensors sharing the arrays' memory. Each result is checked against
-numpy.einsum in float64/complex128; the ratio is the best peer's time over pytapp's.
+Networks from the fields pytapp serves (tensor networks, quantum computing, quantum chemistry,
+numerical linear algebra, machine learning), from microseconds to about a second. Every
+contender contracts the same network along the same path (the greedy path of opt_einsum):
+
+* pytapp, one-shot: ``pytapp.einsum(eq, *arrays, optimize=path)``, called again and again as
+  a user's loop would (the second call on finds its compiled expression in the cache);
+* pytapp, compiled: ``pytapp.einsum_expression`` built once, then called;
+* the peers: ``numpy.einsum`` with the same path, opt_einsum's ``contract`` (one-shot, same
+  path) and ``contract_expression``, cotengra's ``einsum_expression`` and ``torch.einsum``
+  (which picks its own path through opt_einsum) on tensors sharing the arrays' memory.
+
+Contenders are timed in interleaved rounds (:func:`pytapp.bench.harness.interleaved`), the
+fastest round kept. Each result is checked against numpy.einsum in float64/complex128. The
+ratios are the best peer's time over pytapp's (one-shot and compiled); the roof is the time
+the network's flops (as opt_einsum counts them along the path) take at the best GEMM rate of
+its datatype measured in the same run (or the fastest contender's time when that is shorter).
 
 Examples
 --------
->>> result = run_networks(cases=network_cases()[:1], repeats=1, scale=0.25)
->>> result[0].times["pytapp"] > 0
+>>> result = run_networks(cases=network_cases(quick=True)[:1], repeats=1, roof=False)
+>>> result[0].times[ONE_SHOT] > 0 and result[0].times[COMPILED] > 0
 True
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import string
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pytapp.bench.harness import summary_lines, time_call
+from pytapp.bench.harness import (
+    geometric_mean,
+    interleaved,
+    measure_peaks,
+    summary_lines,
+    thread_limits,
+)
+from pytapp.datatypes import datatype_of
+from pytapp.expression import cached_expression
 
-__all__ = ["NetworkCase", "NetworkResult", "network_cases", "networks_json", "networks_markdown",
-           "networks_plot", "networks_table", "run_networks"]
+__all__ = ["COMPILED", "ONE_SHOT", "PEERS", "NetworkCase", "NetworkResult", "network_cases",
+           "networks_json", "networks_markdown", "networks_plot", "networks_table",
+           "run_networks"]
 
-PEERS = ("opt_einsum", "cotengra", "torch.einsum")
-
-
+#: pytapp's two contenders: the one-shot call and the compiled expression.
+ONE_SHOT, COMPILED = "pytapp.einsum", "pytapp expr"
+#: The peers, one-shot then compiled.
+PEERS = ("numpy.einsum", "oe.contract", "oe expr", "cotengra expr", "torch.einsum")
+#: Shortest timed sample of a contender in a full run (quick runs: a tenth).
+SAMPLE_SECONDS = 0.03
 @dataclass(frozen=True)
 class NetworkCase:
     """One network: equation, operand shapes and datatype."""
@@ -84,72 +106,153 @@ def _peps_grid(rows: int, cols: int, bond: int) -> tuple[str, tuple[tuple[int, .
     return ",".join(terms) + "->", tuple(shapes)
 
 
-def network_cases(scale: float = 1.0) -> list[NetworkCase]:
-    """Return the five networks; ``scale`` multiplies the main extent of each (for quick runs)."""
+def _quantum_circuit(qubits: int, layers: int) -> tuple[str, tuple[tuple[int, ...], ...]]:
+    """<0...0| brickwork circuit of two-qubit gates |0...0>: one amplitude."""
+    letters = iter(string.ascii_letters)
+    wires = [next(letters) for _ in range(qubits)]
+    terms = list(wires)  # the input product state, one vector per qubit
+    shapes: list[tuple[int, ...]] = [(2,)] * qubits
+    for layer in range(layers):
+        for q in range(layer % 2, qubits - 1, 2):
+            new = next(letters), next(letters)
+            terms.append(new[0] + new[1] + wires[q] + wires[q + 1])
+            shapes.append((2, 2, 2, 2))
+            wires[q], wires[q + 1] = new
+    terms += wires  # the output product state
+    shapes += [(2,)] * qubits
+    return ",".join(terms) + "->", tuple(shapes)
+
+
+def network_cases(scale: float = 1.0, quick: bool = False) -> list[NetworkCase]:
+    """Return the networks.
+
+    ``scale`` multiplies the main extent of each; ``quick`` makes every network tiny (a tenth
+    of the scale: for tests and smoke runs).
+    """
+    if quick:
+        scale *= 0.1
+
     def s(n: int) -> int:
         return max(2, round(n * scale))
 
     mps_eq, mps_shapes = _mps_norm(12, 2, s(128))
     peps_eq, peps_shapes = _peps_grid(3, 4, s(12))
+    qc_eq, qc_shapes = _quantum_circuit(6, 6 if not quick else 2)
     no, nv, nao = s(14), s(56), s(48)
     b, h, n, dh = 4, 8, s(1024), 64
+    env = "awb,asc,wstv,btd->cvd"  # left environment, ket site, MPO site, bra site
+    chi, big = s(32), s(400)
+    tt, rank = s(16), s(12)
+    tucker_n, tucker_r = s(160), s(32)
+    cp_n, cp_r = s(128), s(48)
+    mera = s(10)
+    small = max(2, min(s(8), 8))
+    dims = [s(48), s(8), s(96), s(16), s(64), s(24), s(40)]
     return [
         NetworkCase("mps_norm_c128", "tensor network", mps_eq, mps_shapes, "complex128"),
         NetworkCase("peps_3x4_f64", "tensor network", peps_eq, peps_shapes, "float64"),
+        NetworkCase("mpo_env_small_c128", "tensor network", env,
+                    ((chi, 5, chi), (chi, 2, chi), (5, 2, 2, 5), (chi, 2, chi)), "complex128"),
+        NetworkCase("mpo_env_large_f64", "tensor network", env,
+                    ((big, 6, big), (big, 4, big), (6, 4, 4, 6), (big, 4, big)), "float64"),
+        NetworkCase("tt_matvec_f64", "tensor network", "iap,ajbq,bkcr,cls,pqrs->ijkl",
+                    ((tt, rank, tt), (rank, tt, rank, tt), (rank, tt, rank, tt),
+                     (rank, tt, tt), (tt, tt, tt, tt)), "float64"),
+        NetworkCase("mera_layer_f64", "tensor network", "iab,jcd,bcef,efgh,ghmn,kam,lnd->ijkl",
+                    ((mera,) * 3, (mera,) * 3, (mera,) * 4, (mera,) * 4, (mera,) * 4,
+                     (mera,) * 3, (mera,) * 3), "float64"),
+        NetworkCase("circuit_amplitude_c128", "quantum computing", qc_eq, qc_shapes,
+                    "complex128"),
         NetworkCase("ccsd_quadratic_f64", "quantum chemistry", "klcd,cdij,abkl->abij",
                     ((no, no, nv, nv), (nv, nv, no, no), (nv, nv, no, no)), "float64"),
         NetworkCase("ao_to_mo_f64", "quantum chemistry", "pqrs,pi,qj,rk,sl->ijkl",
                     ((nao,) * 4, (nao, nao), (nao, nao), (nao, nao), (nao, nao)), "float64"),
+        NetworkCase("tucker_f64", "linear algebra", "abc,ia,jb,kc->ijk",
+                    ((tucker_r,) * 3, (tucker_n, tucker_r), (tucker_n, tucker_r),
+                     (tucker_n, tucker_r)), "float64"),
+        NetworkCase("cp_f32", "linear algebra", "r,ir,jr,kr->ijk",
+                    ((cp_r,), (cp_n, cp_r), (cp_n, cp_r), (cp_n, cp_r)), "float32"),
+        NetworkCase("chain5_tiny_f64", "linear algebra", "ab,bc,cd,de,ef->af",
+                    ((small, small),) * 5, "float64"),
+        NetworkCase("chain6_f64", "linear algebra", "ab,bc,cd,de,ef,fg->ag",
+                    tuple(itertools.pairwise(dims)), "float64"),
         NetworkCase("linear_attention_f32", "machine learning", "bhqd,bhkd,bhkv->bhqv",
                     ((b, h, n, dh), (b, h, n, dh), (b, h, n, dh)), "float32"),
+        NetworkCase("bilinear_f32", "machine learning", "bi,oij,bj->bo",
+                    ((s(256), s(128)), (s(64), s(128), s(128)), (s(256), s(128))),
+                    "float32"),
     ]
 
 
 @dataclass
 class NetworkResult:
-    """Times (median seconds) of every contender on one network."""
+    """Seconds per call (fastest interleaved round) of every contender on one network."""
 
     case: NetworkCase
     path: list[tuple[int, ...]]
     times: dict[str, float] = field(default_factory=dict)
     errors: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    #: Flops along the path (opt_einsum's count, times 4 for complex datatypes).
+    flops: float = math.nan
+    #: Seconds the flops take at the best GEMM rate of the datatype (NaN: not measured).
+    roof_s: float = math.nan
+
+    def best_peer(self) -> float:
+        """Return the fastest peer's seconds (NaN when no peer ran)."""
+        return min((t for n, t in self.times.items() if n in PEERS), default=math.nan)
+
+    @property
+    def oneshot_ratio(self) -> float:
+        """Best peer's time over one-shot ``pytapp.einsum``'s (> 1: pytapp is faster)."""
+        return self.best_peer() / self.times.get(ONE_SHOT, math.nan)
 
     @property
     def ratio(self) -> float:
-        """Best peer's time over pytapp's (> 1: pytapp is faster)."""
-        peers = [t for name, t in self.times.items() if name != "pytapp"]
-        return min(peers) / self.times["pytapp"] if peers and "pytapp" in self.times \
-            else math.nan
+        """Best peer's time over the compiled expression's (> 1: pytapp is faster)."""
+        return self.best_peer() / self.times.get(COMPILED, math.nan)
+
+    @property
+    def roof_pct(self) -> float:
+        """The compiled expression's speed in % of the roof."""
+        return 100.0 * self.roof_s / self.times.get(COMPILED, math.nan)
 
 
 def _contenders(case: NetworkCase, arrays: list[np.ndarray], path: list[tuple[int, ...]],
-                expr: Any) -> dict[str, Callable[[], Any] | str]:
-    found: dict[str, Callable[[], Any] | str] = {"pytapp": lambda: expr(*arrays)}
+                backend: str | None) -> tuple[Any, dict[str, Callable[[], Any] | str]]:
+    """Return the compiled expression, and every contender (a reason when it cannot run)."""
+    import pytapp
+
+    eq = case.equation
+    expr = pytapp.einsum_expression(eq, *arrays, optimize=path, backend=backend)
+    found: dict[str, Callable[[], Any] | str] = {
+        ONE_SHOT: lambda: pytapp.einsum(eq, *arrays, optimize=path, backend=backend),
+        COMPILED: lambda: expr(*arrays),
+        "numpy.einsum": lambda: np.einsum(eq, *arrays, optimize=["einsum_path", *path]),
+    }
     try:
         import opt_einsum
 
-        oe_expr = opt_einsum.contract_expression(case.equation, *[a.shape for a in arrays],
-                                                 optimize=path)
-        found["opt_einsum"] = lambda: oe_expr(*arrays)
+        oe_expr = opt_einsum.contract_expression(eq, *[a.shape for a in arrays], optimize=path)
+        found["oe.contract"] = lambda: opt_einsum.contract(eq, *arrays, optimize=path)
+        found["oe expr"] = lambda: oe_expr(*arrays)
     except ImportError:
-        found["opt_einsum"] = "opt_einsum is not installed"
+        found["oe.contract"] = found["oe expr"] = "opt_einsum is not installed"
     try:
         import cotengra
 
-        ctg_expr = cotengra.einsum_expression(case.equation, *[a.shape for a in arrays],
-                                              optimize=path)
-        found["cotengra"] = lambda: ctg_expr(*arrays)
+        ctg_expr = cotengra.einsum_expression(eq, *[a.shape for a in arrays], optimize=path)
+        found["cotengra expr"] = lambda: ctg_expr(*arrays)
     except ImportError:
-        found["cotengra"] = "cotengra is not installed (pip install pytapp[paths])"
+        found["cotengra expr"] = "cotengra is not installed (pip install pytapp[paths])"
     try:
         import torch
 
         tensors = [torch.from_numpy(a) for a in arrays]
-        found["torch.einsum"] = lambda: torch.einsum(case.equation, *tensors)
+        found["torch.einsum"] = lambda: torch.einsum(eq, *tensors)
     except ImportError:
         found["torch.einsum"] = "torch is not installed"
-    return found
+    return expr, found
 
 
 def _relative_error(got: Any, want: np.ndarray) -> float:
@@ -157,82 +260,128 @@ def _relative_error(got: Any, want: np.ndarray) -> float:
     return float(np.max(np.abs(value - want), initial=0) / max(np.max(np.abs(want)), 1e-300))
 
 
+def _gemm_rates(cases: Sequence[NetworkCase]) -> dict[str, float]:
+    """Best GEMM GFLOP/s per datatype short name, measured now."""
+    rates = measure_peaks([datatype_of(c.dtype, "dtype") for c in cases])["gemm_gflops"]
+    return {str(k): float(v) for k, v in rates.items()}
+
+
 def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
                  scale: float = 1.0, backend: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> list[NetworkResult]:
-    """Time every contender on every network (see the module docstring)."""
+                 progress: Callable[[str], None] | None = None, roof: bool = True,
+                 sample_seconds: float = SAMPLE_SECONDS, min_seconds: float = 0.0,
+                 threads: int | None = None) -> list[NetworkResult]:
+    """Time every contender on every network (see the module docstring).
+
+    ``repeats`` interleaved rounds per network (more until each contender ran
+    ``min_seconds``), samples of ``sample_seconds``; ``roof`` measures the GEMM rates first;
+    ``threads`` for every library (default: each library's own).
+    """
+    chosen = list(cases) if cases is not None else network_cases(scale)
+    with thread_limits(threads):
+        rates = _gemm_rates(chosen) if roof else {}
+        return [_run_case(case, repeats, backend, progress, rates, sample_seconds,
+                          min_seconds) for case in chosen]
+
+
+def _run_case(case: NetworkCase, repeats: int, backend: str | None,
+              progress: Callable[[str], None] | None, rates: dict[str, float],
+              sample_seconds: float, min_seconds: float) -> NetworkResult:
     import opt_einsum
 
-    import pytapp
+    if progress is not None:
+        progress(case.name)
+    arrays = case.arrays()
+    path_found, info = opt_einsum.contract_path(case.equation, *arrays, optimize="greedy")
+    path = [tuple(p) for p in path_found]
+    wide = [a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in arrays]
+    want = np.asarray(np.einsum(case.equation, *wide, optimize=["einsum_path", *path]))
+    result = NetworkResult(case, path)
+    complex_factor = 4 if np.dtype(case.dtype).kind == "c" else 1
+    result.flops = float(info.opt_cost) * complex_factor
+    rate = rates.get(datatype_of(case.dtype, "dtype").short_name, math.nan)
+    result.roof_s = result.flops / (rate * 1e9) if rate > 0 else math.nan
+    expr, found = _contenders(case, arrays, path, backend)
+    calls: dict[str, Callable[[], Any]] = {}
+    for name, fn in found.items():
+        if isinstance(fn, str):
+            result.notes[name] = fn
+            continue
+        result.errors[name] = _relative_error(fn(), want)
+        calls[name] = fn
+    rounds = interleaved(calls, rounds=repeats, sample_seconds=sample_seconds,
+                         min_seconds=min_seconds, max_seconds=60.0)
+    result.times = {name: min(t) for name, t in rounds.items()}
+    # A time some contender reached is attainable here: the roof is never slower than it.
+    if math.isfinite(result.roof_s):
+        result.roof_s = min(result.roof_s, *result.times.values())
+    one_shot = cached_expression(case.equation, arrays, path, None, backend, None)
+    for name, used in ((COMPILED, expr), (ONE_SHOT, one_shot)):
+        ran_on = ", ".join(sorted(set(used.choices.values()))) or used.backend
+        result.notes[name] = f"ran on {ran_on}"
+    return result
 
-    results = []
-    for case in cases if cases is not None else network_cases(scale):
-        arrays = case.arrays()
-        path = [tuple(p) for p in opt_einsum.contract_path(case.equation, *arrays,
-                                                           optimize="greedy")[0]]
-        wide = [a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in arrays]
-        want = np.asarray(np.einsum(case.equation, *wide, optimize=["einsum_path", *path]))
-        result = NetworkResult(case, path)
-        expr = pytapp.einsum_expression(case.equation, *arrays, optimize=path,
-                                        backend=backend)
-        for name, fn in _contenders(case, arrays, path, expr).items():
-            if isinstance(fn, str):
-                result.notes[name] = fn
-                continue
-            if progress is not None:
-                progress(f"{case.name}: {name}")
-            time.sleep(0.2)  # let the previous contender's idle threads stop spinning
-            result.errors[name] = _relative_error(fn(), want)
-            result.times[name] = float(np.median(time_call(fn, repeats=repeats, max_seconds=30)))
-        ran_on = ", ".join(sorted(set(expr.choices.values()))) or expr.backend
-        result.notes["pytapp"] = f"ran on {ran_on}"
-        results.append(result)
-    return results
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds < 1e-2 else f"{seconds * 1e3:.1f}"
 
 
 def networks_table(results: Sequence[NetworkResult]) -> str:
-    """Return a text table: milliseconds per contender, the ratio and the geometric mean."""
-    names = ["pytapp", *PEERS]
-    head = f"{'network':<22} {'domain':<18}" + "".join(f"{n:>14}" for n in names) + \
-        f"{'vs best':>9}"
-    lines = [head, "-" * len(head)]
+    """Return a text table: milliseconds per contender, the ratios, roof and geometric means."""
+    names = [ONE_SHOT, COMPILED, *PEERS]
+    head = f"{'network':<24}" + "".join(f"{n:>14}" for n in names) + \
+        f"{'1-shot':>8}{'expr':>7}{'roof':>6}"
+    lines = ["milliseconds per call (fastest interleaved round); ratios: best peer's time "
+             "over pytapp's", head, "-" * len(head)]
     for r in results:
-        cells = "".join(f"{r.times[n] * 1e3:>11.2f} ms" if n in r.times else f"{'n/a':>14}"
+        cells = "".join(f"{_ms(r.times[n]):>14}" if n in r.times else f"{'n/a':>14}"
                         for n in names)
-        lines.append(f"{r.case.name:<22} {r.case.domain:<18}{cells}{r.ratio:>8.2f}x")
+        roof = f"{r.roof_pct:>5.0f}%" if math.isfinite(r.roof_pct) else f"{'-':>6}"
+        lines.append(f"{r.case.name:<24}{cells}{r.oneshot_ratio:>7.2f}x{r.ratio:>6.2f}x{roof}")
+    one = [r.oneshot_ratio for r in results]
+    comp = [r.ratio for r in results]
+    lines.append(f"one-shot pytapp.einsum vs best peer: geometric mean {geometric_mean(one):.2f}x, "
+                 f"lowest {min(one, default=math.nan):.2f}x (target >= 1.2x, none < 0.95x)")
     lines += summary_lines(
-        [r.ratio for r in results], [e for r in results for e in r.errors.values()],
-        "geometric mean of best-peer time / pytapp time: {geo:.2f}x (> 1: pytapp faster)",
+        comp, [e for r in results for e in r.errors.values()],
+        "compiled einsum_expression vs best peer: geometric mean {geo:.2f}x, lowest "
+        f"{min(comp, default=math.nan):.2f}x (target >= 1.3x, none < 0.95x)",
         "largest relative error vs numpy.einsum (float64/complex128): {worst:.1e}")
     return "\n".join(lines)
 
 
 def networks_json(results: Sequence[NetworkResult]) -> dict[str, Any]:
     """Return the results as JSON-ready data."""
+    def num(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
     return {"suite": "networks", "cases": [
         {"name": r.case.name, "domain": r.case.domain, "equation": r.case.equation,
          "shapes": [list(s) for s in r.case.shapes], "dtype": r.case.dtype,
          "path": [list(p) for p in r.path], "seconds": r.times, "errors": r.errors,
-         "notes": r.notes, "ratio_to_best_peer": r.ratio} for r in results]}
+         "notes": r.notes, "flops": num(r.flops), "roof_seconds": num(r.roof_s),
+         "roof_pct": num(r.roof_pct), "oneshot_ratio_to_best_peer": num(r.oneshot_ratio),
+         "ratio_to_best_peer": num(r.ratio)} for r in results],
+        "geomean_oneshot": num(geometric_mean([r.oneshot_ratio for r in results])),
+        "geomean_compiled": num(geometric_mean([r.ratio for r in results]))}
 
 
 def networks_plot(results: Sequence[NetworkResult], path: str) -> None:
-    """Return a bar chart: each contender's time relative to pytapp's, per network."""
+    """Draw a bar chart: pytapp's speed relative to the best peer, one-shot and compiled."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["pytapp", *PEERS]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        speed = [r.times["pytapp"] / r.times[name] if name in r.times else 0.0
-                 for r in results]
-        ax.bar([j + i * width for j in range(len(results))], speed, width, label=name)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(results))],
-                  [r.case.name for r in results], rotation=15, fontsize=8)
-    ax.set_ylabel("speed relative to pytapp (higher is faster)")
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    x = np.arange(len(results))
+    for i, (label, values) in enumerate((
+            ("one-shot pytapp.einsum", [r.oneshot_ratio for r in results]),
+            ("einsum_expression", [r.ratio for r in results]))):
+        ax.bar(x + (i - 0.5) * 0.4, [v if math.isfinite(v) else 0.0 for v in values], 0.4,
+               label=label)
+    ax.set_xticks(x, [r.case.name for r in results], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("best peer's time / pytapp's (higher: pytapp faster)")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.legend(fontsize=8)
     ax.set_title("pytapp bench --suite networks (same path for every contender)")
@@ -245,14 +394,22 @@ def networks_markdown(results: Sequence[NetworkResult], plot: str | None = None)
     """Return a Markdown report: the table, then each network's equation and path."""
     lines = ["# Networks benchmark", "",
              "Each network is contracted along the same path (opt_einsum's greedy) by every "
-             "contender; times are medians; the last column is the best peer's time over "
-             "pytapp's (above 1: pytapp is faster). Every result is checked against "
-             "numpy.einsum in float64/complex128.", "", "```", networks_table(results), "```",
-             ""]
+             "contender but torch.einsum (its own path). Contenders are timed in interleaved "
+             "rounds: each round times every contender once, in a shuffled order, as a sample "
+             "of repeated calls lasting tens of milliseconds; the fastest round is kept. "
+             "`pytapp.einsum` is the one-shot call with the path, `pytapp expr` an "
+             "`einsum_expression` built once; `oe` is opt_einsum. The ratio columns are the "
+             "best peer's time over pytapp's (above 1: pytapp is faster); roof: the "
+             "expression's speed in % of the network's flops at the best GEMM rate of its "
+             "datatype measured in the same run (or at the fastest contender's speed when that "
+             "is higher). Every result is checked against numpy.einsum "
+             "in float64/complex128.", "", "```", networks_table(results), "```", ""]
     if plot:
         lines += [f"![networks]({plot})", ""]
     for r in results:
-        lines += [f"- **{r.case.name}** ({r.case.domain}, {r.case.dtype}): "
-                  f"`{r.case.equation}` shapes {[list(s) for s in r.case.shapes]}, "
-                  f"path {r.path}; pytapp {r.notes.get('pytapp', '')}"]
+        lines += [f"- **{r.case.name}** ({r.case.domain}, {r.case.dtype}, "
+                  f"{r.flops:.3g} flops): `{r.case.equation}` shapes "
+                  f"{[list(s) for s in r.case.shapes]}, path {r.path}; "
+                  f"one-shot {r.notes.get(ONE_SHOT, '')}, compiled "
+                  f"{r.notes.get(COMPILED, '')}"]
     return "\n".join(lines) + "\n"

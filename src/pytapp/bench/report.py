@@ -131,9 +131,10 @@ def write_markdown(result: BenchResult, path: str | Path, plot: str | None = Non
         f"Suite `{result.suite}`, measured {env.get('date', '')} on {env.get('cpu', '?')} "
         f"({env.get('cores')} cores, threads: {env.get('threads') or 'library default'}).",
         "GFLOP/s from the case's least work (isolated labels summed first, 2 flops per "
-        "multiply-add, 3 per element of D for the epilogue; median of repeats); "
-        "ratio = best peer's median "
-        "time / backend's median time (above 1 is faster than every peer); % roof = share of "
+        "multiply-add, 3 per element of D for the epilogue; per call, in the fastest of "
+        "interleaved rounds: each round times every contender once, in a shuffled order, as a "
+        "sample of repeated calls lasting tens of milliseconds); ratio = best peer's time / "
+        "backend's time (above 1 is faster than every peer); % roof = share of "
         "the roofline (the best measured GEMM rate of numpy or torch, or the best copy bandwidth "
         "for the case's working set times its arithmetic intensity; raised to the best rate a "
         "contender reached on the case when that is higher, since it is attainable here).",
