@@ -163,7 +163,8 @@ class ReferencePlan(Stateless):
         n_p = prod(self.p_extents)
         alpha = _scalar(bound.alpha, rule)
         beta = _scalar(bound.beta, rule)
-        empty_sum = prod(self.ia_extents) == 0 or prod(self.ib_extents) == 0
+        # alpha == 0 or an empty sum: A and B are not read (SPEC section 1).
+        empty_sum = bound.alpha_zero or prod(self.ia_extents) == 0 or prod(self.ib_extents) == 0
         p_idx = self._tuples(self.p_extents, cls.P)
         step = max(1, _CHUNK // max(n_p, 1))
         for start in range(0, n_d, step):
