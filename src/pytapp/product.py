@@ -291,9 +291,9 @@ class TensorProduct(TappObject):
     def _run_c_only(self, bound: BoundProduct) -> Status:
         """Run an execution whose alpha is 0: D = op_D(beta op_C(C)) (or +0), A, B not read.
 
-        SPEC section 1. Done here once for every backend, by the reference's loop nest over D's elements (it
-        rounds C and applies the ops exactly as SPEC section 1 orders them): no backend
-        multiplies NaN or Inf in A or B by zero.
+        SPEC section 1. Done here once for every backend, by the reference's loop nest over
+        D's elements (it rounds C and applies the ops exactly as SPEC section 1 orders them):
+        no backend multiplies NaN or Inf in A or B by zero.
         """
         plan = self._c_only
         if plan is None:
