@@ -35,7 +35,7 @@ from pytapp.analysis.spec import ContractionSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile
 from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
-from pytapp.errors import TappError
+from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.executor import Executor
 from pytapp.machine import Machine
 from pytapp.machine import constants as machine_constants
@@ -401,6 +401,10 @@ class AutoBackend(Stateless):
                 continue
             if backend.capabilities.unsupported_reason(spec) is None:
                 candidates[name] = backend
+        if not candidates:  # e.g. more modes than any backend binds: say why blas cannot
+            backends.get("blas").capabilities.require(spec, self.name)
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"no backend can run {spec.einsum()}; see pytapp backends")
         with _lock:
             _load()
             remembered = _winners.get(_key(spec))
