@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 from typing import Any
 
 import numpy as np
 
-__all__ = ["describe_owner", "owning_span"]
+__all__ = ["describe_owner", "file_span", "owning_span"]
 
 #: Longest ownership chain followed (protects against cycles in foreign objects).
 _MAX_DEPTH = 64
@@ -148,6 +149,57 @@ def owning_span(arr: np.ndarray, data: Any = None) -> tuple[int, int] | None:
         if torch is not None:
             return torch
     return _owner(arr)[1]
+
+
+def file_span(arr: np.ndarray) -> tuple[Any, int, int] | None:
+    """Which file, and which bytes of it, ``arr``'s elements are mapped from.
+
+    Two ``np.memmap`` objects of one file live at different addresses, so comparing addresses
+    (``np.may_share_memory``) cannot see that they overlap; comparing file positions can.
+
+    Returns
+    -------
+    tuple or None
+        ``(file identity, first byte, end byte)`` for an array whose ownership chain passes
+        through an ``np.memmap`` down to its ``mmap``; ``None`` for any other memory.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> name = os.path.join(tempfile.mkdtemp(), "x.bin")
+    >>> one = np.memmap(name, dtype=np.float64, mode="w+", shape=(4,))
+    >>> two = np.memmap(name, dtype=np.float64, mode="r+", shape=(4,))
+    >>> file_span(one[1:])[1:] == file_span(two[1:])[1:] == (8, 32)
+    True
+    """
+    obj: Any = arr
+    mapped: Any = None
+    for _ in range(_MAX_DEPTH):
+        if isinstance(obj, np.memmap) and mapped is None and obj.filename is not None:
+            mapped = obj
+        if isinstance(obj, mmap.mmap):
+            break
+        base = getattr(obj, "base", None) if isinstance(obj, np.ndarray) or hasattr(
+            obj, "__array_interface__") else None
+        if base is None:
+            return None
+        obj = base
+    else:
+        return None
+    if mapped is None:
+        return None
+    span = _buffer_span(obj)
+    if span is None:
+        return None
+    offset = int(mapped.offset)
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY  # where np.memmap's mapping begins
+    try:
+        st = os.stat(mapped.filename)
+        key: Any = (st.st_dev, st.st_ino)
+    except (OSError, TypeError, ValueError):
+        key = str(mapped.filename)
+    low, high = np.lib.array_utils.byte_bounds(arr)
+    return key, start + int(low) - span[0], start + int(high) - span[0]
 
 
 def describe_owner(arr: np.ndarray) -> str:

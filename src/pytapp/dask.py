@@ -32,15 +32,15 @@ from pytapp.analysis.subscripts import parse_subscripts
 from pytapp.contraction import contract as contract_blocks
 from pytapp.contraction import parse_expression
 from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of, promote
-from pytapp.errors import ErrorCode, error_for
+from pytapp.errors import ErrorCode, ExecutorError, error_for
 from pytapp.executor import register_runner
 from pytapp.expression import normalize_call, result_datatype
 from pytapp.network import Network
 from pytapp.operands import convert_scalar
 from pytapp.precision import Prectype, as_prectype
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "DaskRunner", "MemmapSource", "as_dask", "contract", "einsum",
-           "store", "worker_chunk_bytes"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "DaskRunner", "MemmapSource", "PartialWriteError", "as_dask",
+           "contract", "einsum", "store", "worker_chunk_bytes"]
 
 #: Chunk size budget for arrays that are not dask arrays yet (bytes per chunk).
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -345,26 +345,73 @@ def store(result: Any, target: Any, client: Any = None,
     With a ``distributed`` client, blocks are gathered as they finish and written by this
     process, so D never has to fit in one worker, nor the whole result in this process.
     ``progress(done, total)`` is called after each block.
+
+    Raises
+    ------
+    PartialWriteError
+        Code 33 when a block fails (a worker lost, a block's task erred): it lists the blocks
+        written; the run's other blocks are cancelled, and storing again rewrites every block.
     """
     blocks = result.to_delayed().ravel()
     slices = list(da.core.slices_from_chunks(result.chunks))
     total = len(slices)
     if client is None:
-        for i, (blk, where) in enumerate(zip(blocks, slices, strict=True)):
-            target[where] = blk.compute()
-            if progress is not None:
-                progress(i + 1, total)
+        stored: list[tuple[slice, ...]] = []
+        try:
+            for blk, where in zip(blocks, slices, strict=True):
+                target[where] = blk.compute()
+                stored.append(where)
+                if progress is not None:
+                    progress(len(stored), total)
+        except Exception as exc:
+            raise PartialWriteError(stored, total, exc) from exc
         return target
     from distributed import as_completed
 
     futures = client.compute(list(blocks))
     index = {f.key: i for i, f in enumerate(futures)}
-    for done, future in enumerate(as_completed(futures), start=1):
-        target[slices[index[future.key]]] = future.result()
-        future.release()
-        if progress is not None:
-            progress(done, total)
+    written: list[tuple[slice, ...]] = []
+    try:
+        for done, future in enumerate(as_completed(futures), start=1):
+            where = slices[index[future.key]]
+            target[where] = future.result()
+            written.append(where)
+            future.release()
+            if progress is not None:
+                progress(done, total)
+    except BaseException as exc:
+        # Nothing of this run may keep running or stay in the scheduler as erred: the same
+        # execute again must compute (and write) every block afresh.
+        client.cancel(futures, force=True)
+        if not isinstance(exc, Exception):
+            raise
+        raise PartialWriteError(written, total, exc) from exc
     return target
+
+
+def _describe_block(where: tuple[slice, ...]) -> str:
+    return "D[" + ", ".join(f"{s.start}:{s.stop}" for s in where) + "]"
+
+
+class PartialWriteError(ExecutorError):
+    """A distributed execute failed after writing some of D's blocks (SPEC section 5).
+
+    ``blocks_written`` lists the slices of D that hold the new result; every other block of D
+    keeps its old value. Running the same execute again rewrites every block.
+    """
+
+    def __init__(self, written: list[tuple[slice, ...]], total: int, cause: BaseException):
+        self.blocks_written: tuple[tuple[slice, ...], ...] = tuple(written)
+        shown = ", ".join(_describe_block(w) for w in written[:8])
+        more = f" and {len(written) - 8} more" if len(written) > 8 else ""
+        super().__init__(
+            f"computing D block by block failed after {len(written)} of {total} blocks were "
+            "written "
+            f"({type(cause).__name__}: {cause}); blocks written: {shown or 'none'}{more} "
+            "(.blocks_written lists them); every other block keeps its old value. Run the "
+            "same execute again once the cluster is healthy: it rewrites every block",
+            ErrorCode.INVALID_EXECUTOR,
+        )
 
 
 def worker_chunk_bytes(client: Any) -> int:
@@ -403,7 +450,9 @@ class DaskRunner:
         """Validate every operand against the plan's descriptors, then stream D's blocks.
 
         Nothing is written before validation passes. If a block fails later (a worker dies),
-        the blocks already written stay written; D is otherwise unchanged.
+        the blocks already written stay written, D is otherwise unchanged, the run's other
+        blocks are cancelled, and :class:`PartialWriteError` (code 33) lists the blocks
+        written; the same execute again rewrites every block.
         """
         from pytapp.status import Status
 

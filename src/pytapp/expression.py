@@ -38,7 +38,7 @@ from pytapp.datatypes import (
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle
 from pytapp.network import Network, PathInfo
-from pytapp.operands import to_ndarray
+from pytapp.operands import to_ndarray, torch_bits
 
 __all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call", "path_key",
            "result_datatype", "to_library", "to_numpy"]
@@ -75,7 +75,7 @@ class _TensorMemory:
         self.base = tensor
 
 
-def to_numpy(x: Any, role: str) -> np.ndarray:
+def to_numpy(x: Any, role: str, *, writable: bool = False) -> np.ndarray:
     """Return a NumPy view of array data.
 
     Torch tensors are shared through DLPack; scalars and sequences go through ``np.asarray``.
@@ -83,11 +83,16 @@ def to_numpy(x: Any, role: str) -> np.ndarray:
     Raises
     ------
     OperandMismatchError
-        Code 20 for data NumPy cannot read, or a tensor on another device.
+        Code 20 for data NumPy cannot read, or a tensor on another device; with
+        ``writable``, a torch view with the conjugate or negative bit.
     """
     if isinstance(x, np.ndarray):
         return x
     if is_torch(x):
+        if writable and any(torch_bits(x)):  # a resolved copy would be written, then lost
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"{role} is a torch view with the conjugate or negative bit set, "
+                            "which pytapp cannot write through; pass a plain tensor")
         if x.is_conj():
             x = x.resolve_conj()
         if x.is_neg():
@@ -232,7 +237,7 @@ class EinsumExpression:
         want = dt.numpy_dtype
         views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
         like = next((x for x in (*operands, out) if is_torch(x)), None)
-        target = None if out is None else to_numpy(out, "out")
+        target = None if out is None else to_numpy(out, "out", writable=True)
         if target is not None and target.shape != net.output_shape():
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"out has shape {target.shape} but the result has shape "

@@ -362,6 +362,35 @@ class Network:
             buf = self._buffers[(k, dt)] = np.empty(shape, dtype=dt.numpy_dtype)
         return buf
 
+    def intermediate_bytes(self, dt: Datatype) -> int:
+        """Bytes of the buffers a run allocates for intermediates (every step but the last).
+
+        Examples
+        --------
+        >>> from pytapp.analysis.subscripts import parse_subscripts
+        >>> net = Network(parse_subscripts("ij,jk,kl->il", [2, 2, 2]),
+        ...               [(2, 3), (3, 4), (4, 5)], optimize=False)
+        >>> net.intermediate_bytes(Datatype.F64)  # ik: 2 x 4 elements
+        64
+        """
+        return dt.itemsize * sum(math.prod(s) for s in self._out_shapes[:-1])
+
+    def _check_memory(self, dt: Datatype, handle: Handle, new_result: bool) -> None:
+        """Raise 18 before allocating when the buffers of a run exceed the memory limit."""
+        need = self.intermediate_bytes(dt)
+        if new_result:
+            need += dt.itemsize * math.prod(self.output_shape())
+        limit = handle.memory_limit()
+        if need > limit:
+            raise error_for(
+                ErrorCode.UNSUPPORTED,
+                f"this einsum's intermediates{' and result' if new_result else ''} need "
+                f"{need / 2**20:.1f} MiB, more than the handle's MEMORY_LIMIT (default: half "
+                f"the free memory) of {limit / 2**20:.1f} MiB; raise the limit "
+                "(set_attr(Attr.MEMORY_LIMIT, bytes)), let the path be optimized "
+                "(optimize='greedy' instead of False), or pass memory_limit= to bound them",
+            )
+
     def output_shape(self) -> tuple[int, ...]:
         """Return the shape of the result."""
         return tuple(self.sizes[ch] for ch in self.equation.output)
@@ -372,6 +401,7 @@ class Network:
 
         Intermediates use the network's buffers unless another thread is running it.
         """
+        self._check_memory(dt, handle, out is None)
         result = np.empty(self.output_shape(), dtype=dt.numpy_dtype) if out is None else out
         shared = self._busy.acquire(blocking=False)
         try:

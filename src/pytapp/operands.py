@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import cmath
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from pytapp.allocation import describe_owner, owning_span
+from pytapp.allocation import describe_owner, file_span, owning_span
 from pytapp.analysis.labels import Modes
 from pytapp.analysis.layout import footprint
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
@@ -46,13 +47,44 @@ __all__ = [
     "convert_scalar",
     "same_layout",
     "to_ndarray",
+    "torch_bits",
 ]
 
 _RAW_FORMATS = {"B", "b", "c"}
 
 
+def torch_bits(data: Any) -> tuple[bool, bool]:
+    """Return ``(conjugate bit, negative bit)`` of a torch tensor; both false for anything else.
+
+    A torch view with such a bit (``z.conj()``, ``torch._neg_view(x)``, ``z.conj().imag``)
+    means the conjugate or the negative of the memory it shares; DLPack exports the memory.
+
+    Examples
+    --------
+    >>> torch_bits(np.ones(2))
+    (False, False)
+    """
+    is_conj = getattr(data, "is_conj", None)
+    if not callable(is_conj) or type(data).__module__.split(".")[0] != "torch":
+        return False, False
+    return bool(is_conj()), bool(data.is_neg())
+
+
+def _memory_of(data: Any) -> Any:
+    """Return a torch view of the same memory without pending conjugate or negative bits."""
+    conj, neg = torch_bits(data)
+    if conj:
+        data = data.conj()  # conj of a conj view is the memory as stored
+    if neg:
+        data = sys.modules["torch"]._neg_view(data)  # clears the bit, shares the memory
+    return data
+
+
 def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
     """Return an ndarray over ``data``'s memory without copying.
+
+    A torch tensor with the conjugate or negative bit gives its memory as stored (the bits
+    are applied by :func:`bind_array`).
 
     Raises
     ------
@@ -73,7 +105,8 @@ def to_ndarray(data: Any, datatype: Datatype, role: str) -> np.ndarray:
         try:
             # torch's bfloat16 only when bfloat16 is wanted; any other dtype is refused below.
             bf16 = want.name == "bfloat16"
-            arr = numpy_view(data, dlpack=True) if bf16 else np.from_dlpack(data)
+            memory = _memory_of(data)
+            arr = numpy_view(memory, dlpack=True) if bf16 else np.from_dlpack(memory)
         except (BufferError, RuntimeError, TypeError, ValueError) as exc:
             raise error_for(
                 ErrorCode.OPERAND_MISMATCH,
@@ -177,6 +210,15 @@ def bind_array(
             ErrorCode.READ_ONLY,
             f"{role} is read-only; pass a writable array (for example a copy) as the output",
         )
+    conj, neg = torch_bits(data)
+    if writable and (conj or neg):
+        raise error_for(
+            ErrorCode.OPERAND_MISMATCH,
+            f"{role} is a torch view with the {'conjugate' if conj else 'negative'} bit set "
+            "(its values are the memory's conjugate or negative), which pytapp cannot write "
+            "through; pass a plain tensor (for z.conj(): z with op_d conjugated; for a "
+            "negative view: the tensor it negates, with alpha and beta negated)",
+        )
     item = datatype.itemsize
     span = footprint(ext, strides)
     if span is not None:
@@ -186,9 +228,12 @@ def bind_array(
     byte_strides = tuple(s * item for s in modes.strides)
     if span is None:  # empty: never dereferenced, any strides do
         return np.empty(shape, dtype=arr.dtype)
-    return np.lib.stride_tricks.as_strided(
+    view = np.lib.stride_tricks.as_strided(
         arr, shape=shape, strides=byte_strides, writeable=writable
     )
+    if conj:  # the values the tensor means, in a private copy of what is read
+        view = np.conjugate(view)
+    return np.negative(view) if neg else view
 
 
 def _finite(value: Any) -> bool:
@@ -256,8 +301,10 @@ def convert_scalar(value: Any, datatype: Datatype, name: str) -> Any:
 class BoundProduct:
     """The operands of one execution, bound and checked, ready for a backend.
 
-    ``c`` is ``None`` when C must not be read (beta == 0). Views are over merged modes in the
-    order of the spec's ``modes`` of each operand.
+    ``c`` is ``None`` when C must not be read (beta == 0); ``alpha_zero`` is true when A and B
+    must not be read (alpha == 0, or an empty sum: SPEC section 1), and D is then
+    ``op_D(beta op_C(C))``. Views are over merged modes in the order of the spec's ``modes`` of
+    each operand.
     """
 
     alpha: Any
@@ -267,6 +314,7 @@ class BoundProduct:
     c: np.ndarray | None
     d: np.ndarray
     bytes_copied: int = 0
+    alpha_zero: bool = False
 
     def copy_input(self, name: str) -> None:
         """Replace input ``name`` (``'a'``, ``'b'`` or ``'c'``) by a private copy.
@@ -360,6 +408,7 @@ class Binder:
         vd = self.view(d, spec.d, writable=True)
         al = self.scalar(alpha, "alpha")
         be = self.scalar(beta, "beta")
+        alpha_zero = self._empty_sum or al == 0
         if self._empty_sum:  # the alpha term is an empty sum, +0 whatever alpha is
             al = spec.d.datatype.numpy_dtype.type(0)
         if be == 0:
@@ -369,16 +418,36 @@ class Binder:
                 ErrorCode.C_MISSING,
                 "beta is not zero but C is None; pass C or set beta to 0",
             )
-        bound = BoundProduct(al, be, va, vb, vc, vd)
+        bound = BoundProduct(al, be, va, vb, vc, vd, alpha_zero=bool(alpha_zero))
         if vd.size:
-            if np.may_share_memory(va, vd):
+            if not alpha_zero and np.may_share_memory(va, vd):
                 bound.copy_input("a")
-            if np.may_share_memory(vb, vd):
+            if not alpha_zero and np.may_share_memory(vb, vd):
                 bound.copy_input("b")
             # C with D's exact layout is read element by element before it is overwritten.
             if vc is not None and np.may_share_memory(vc, vd) and not same_layout(vc, vd):
                 bound.copy_input("c")
+            if vd.base is not None:  # D may be a mapping of a file that an input maps too
+                _copy_mapped_inputs(bound)
         return bound
+
+
+def _copy_mapped_inputs(bound: BoundProduct) -> None:
+    """Copy the inputs that map bytes of the file D maps (two memmaps of one file).
+
+    Their addresses differ, so :func:`np.may_share_memory` does not see the overlap.
+    """
+    target = file_span(bound.d)
+    if target is None:
+        return
+    for name in ("c",) if bound.alpha_zero else ("a", "b", "c"):
+        x = getattr(bound, name)
+        if x is None or x.size == 0 or x.base is None:
+            continue
+        span = file_span(x)
+        if span is not None and span[0] == target[0] and span[1] < target[2] and (
+                target[1] < span[2]):
+            bound.copy_input(name)
 
 
 def bind_batch(binder: Binder, alpha: Any, a: Sequence[Any], b: Sequence[Any], beta: Any,
@@ -405,7 +474,7 @@ def bind_batch(binder: Binder, alpha: Any, a: Sequence[Any], b: Sequence[Any], b
                 f"D of batch items {i} and {j} overlap; give every item its own output",
             )
     for i, item in enumerate(bounds):
-        for name in ("a", "b", "c"):
+        for name in ("c",) if item.alpha_zero else ("a", "b", "c"):
             x = getattr(item, name)
             if x is None or x.size == 0:
                 continue

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from pytapp import backends
 from pytapp.analysis.labels import normalize_labels
 from pytapp.analysis.spec import ContractionSpec, build_spec
 from pytapp.attributes import Attr, TappObject
@@ -162,6 +163,8 @@ class TensorProduct(TappObject):
             plan.release()  # nothing the backend created outlives a failed creation
             raise
         self._plan: BackendPlan | None = plan
+        #: Runs D = op_D(beta op_C(C)) when alpha is zero (made on first use).
+        self._c_only: BackendPlan | None = None
         self._algorithm = template.algorithm if self._program is not None else plan.algorithm
         self._binder = Binder(self.spec)
         if _log.isEnabledFor(logging.INFO):
@@ -188,7 +191,7 @@ class TensorProduct(TappObject):
 
     def _release(self) -> None:
         """Release the backend plan (C products, workspaces) and drop it."""
-        plan, self._plan = self._plan, None
+        plan, self._plan, self._c_only = self._plan, None, None
         self._program = None
         if plan is not None:
             plan.release()
@@ -312,8 +315,30 @@ class TensorProduct(TappObject):
             _log_status(status)
         return status
 
+    def _run_c_only(self, bound: BoundProduct) -> Status:
+        """Run an execution whose alpha is 0: D = op_D(beta op_C(C)) (or +0), A, B not read.
+
+        SPEC section 1. Done here once for every backend, by the reference's loop nest over
+        D's elements (it rounds C and applies the ops exactly as SPEC section 1 orders them):
+        no backend multiplies NaN or Inf in A or B by zero.
+        """
+        plan = self._c_only
+        if plan is None:
+            plan = self._c_only = backends.get("reference").plan(self.spec, None)
+        start = time.perf_counter()
+        status = plan.run(bound, None)
+        status.seconds = time.perf_counter() - start
+        status.algorithm = "alpha == 0: D = op_D(beta op_C(C)), A and B not read"
+        status.flops = 0
+        status.bytes_copied += bound.bytes_copied
+        if _log.isEnabledFor(logging.INFO):
+            _log_status(status)
+        return status
+
     def _run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         plan = self._backend_plan()
+        if bound.alpha_zero:
+            return self._run_c_only(bound)
         if executor is None:
             return self._run_default(plan, bound)
         if executor.verify:  # times its inner run itself, so the check is not counted
@@ -370,7 +395,10 @@ class TensorProduct(TappObject):
                 return status  # type: ignore[no-any-return]
         plan = self._plan
         if executor is None and plan is not None:  # a live plan, no executor
-            return self._run_default(plan, self._binder.bind(alpha, a, b, beta, c, d))
+            bound = self._binder.bind(alpha, a, b, beta, c, d)
+            if bound.alpha_zero:
+                return self._run_c_only(bound)
+            return self._run_default(plan, bound)
         self.check_alive()
         ex = self._executor(executor)
         if ex is not None and ex.dask is not None:  # block by block on a cluster

@@ -38,7 +38,7 @@ from pytapp.analysis.spec import ContractionSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile
 from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
-from pytapp.errors import TappError
+from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.executor import Executor
 from pytapp.machine import Machine
 from pytapp.machine import constants as machine_constants
@@ -414,6 +414,10 @@ class AutoBackend(Stateless):
                 continue
             if backend.capabilities.unsupported_reason(spec) is None:
                 candidates[name] = backend
+        if not candidates:  # e.g. more modes than any backend binds: say why blas cannot
+            backends.get("blas").capabilities.require(spec, self.name)
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"no backend can run {spec.einsum()}; see pytapp backends")
         known = wisdom.lookup("product", _key(spec))
         remembered = known.get("choice") if isinstance(known, dict) else None
         profile = None

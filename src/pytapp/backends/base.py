@@ -45,6 +45,9 @@ class Capabilities:
     isolated_labels: bool = True
     conjugation: bool = True
     batched: bool = True
+    #: Modes per operand after merging repeated labels: every operand is bound as a NumPy
+    #: view over its merged modes, and NumPy arrays have at most 64 dimensions.
+    max_modes: int = 64
 
     def check_datatypes(self, datatypes: tuple[Datatype, ...]) -> str | None:
         """Reason the datatypes are unsupported, or ``None``."""
@@ -67,6 +70,10 @@ class Capabilities:
         if (spec.classes.IA or spec.classes.IB) and not self.isolated_labels:
             return "isolated labels (Case 4 reductions) are not supported"
         for op in spec.operands:
+            if len(op.modes.labels) > self.max_modes:
+                return (f"{op.role} has {len(op.modes.labels)} modes, more than this backend's "
+                        f"limit of {self.max_modes} (NumPy arrays have at most 64 dimensions); "
+                        "drop modes of extent 1 or merge modes that are contiguous")
             if len(op.modes.labels) != len(op.labels) and not self.repeated_labels:
                 return f"repeated labels in {op.role} are not supported"
             if any(s < 0 for s in op.strides) and not self.negative_strides:

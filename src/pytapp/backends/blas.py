@@ -116,6 +116,18 @@ def _blasable(x: np.ndarray) -> bool:
     )
 
 
+def _readable_matrix(groups: list[tuple[list[int], list[int]]]) -> bool:
+    """:func:`_blasable` at plan time: (extents, element strides) of two fusable mode groups."""
+    fused = []
+    for extents, strides in groups:
+        inner = [st for e, st in zip(extents, strides, strict=True) if e != 1]
+        fused.append((prod(extents), inner[-1] if inner else 1))
+    (e1, s1), (e2, s2) = fused
+    if e1 <= 1 or e2 <= 1:
+        return True
+    return (s2 == 1 and s1 >= e2) or (s1 == 1 and s2 >= e1)
+
+
 class BlasPlan(Stateless):
     """Everything decided once: label orders, permutations, kernel, direct output."""
 
@@ -369,15 +381,21 @@ class BlasPlan(Stateless):
         """Upper bound of the temporaries of one execution (bytes), from the layouts."""
         spec, item = self.spec, self.compute.itemsize
 
-        def in_place(op: OperandSpec, groups: list[Sequence[Label]], plain: bool) -> bool:
+        def in_place(op: OperandSpec, groups: list[Sequence[Label]], plain: bool,
+                     matrix: bool = False) -> bool:
             strides = dict(zip(op.modes.labels, op.modes.strides, strict=True))
-            return plain and all(
-                fusable([spec.extent(x) for x in g], [strides[x] for x in g]) for g in groups)
+            shapes = [([spec.extent(x) for x in g], [strides[x] for x in g]) for g in groups]
+            if not (plain and all(fusable(e, st) for e, st in shapes)):
+                return False
+            # A GEMM operand is also copied when BLAS cannot read the fused matrix (a zero
+            # stride, say): _matrix's copy, counted here so MEMORY_LIMIT sees it.
+            return not matrix or _readable_matrix(shapes)
 
+        gemm = self.kind is Kind.GEMM
         copied = 0
-        if not in_place(spec.a, [self.fa, self.p], self.a_plain):
+        if not in_place(spec.a, [self.fa, self.p], self.a_plain, gemm):
             copied += spec.a.size * item
-        if not in_place(spec.b, [self.p, self.fb], self.b_plain):
+        if not in_place(spec.b, [self.p, self.fb], self.b_plain, gemm):
             copied += spec.b.size * item
         total = copied
         d_size = prod(spec.extent(x) for x in self.d_target)
@@ -581,6 +599,12 @@ class BlasPlan(Stateless):
     ) -> tuple[Any, Written, int]:
         h, k = self.h_shape, self.k
         if not h:
+            a1, b1 = _reshape_view(a, (-1,)), _reshape_view(b, (-1,))
+            if a1 is not None and b1 is not None and a1.strides[0] and b1.strides[0]:
+                return np.dot(a1, b1), Written.TEMP, 0
+            if a.shape == b.shape:  # zero strides: np.dot would copy; einsum's loop does not
+                axes = list(range(a.ndim))
+                return np.einsum(a, axes, b, axes, []), Written.TEMP, 0
             return np.dot(a.reshape(-1), b.reshape(-1)), Written.TEMP, 0
         a2, b2 = a.reshape((*h, k)), b.reshape((*h, k))
         out = self._direct_out(bound, h)

@@ -103,9 +103,12 @@ class ReferencePlan(Stateless):
         self.p_extents = tuple(spec.extent(x) for x in cls.P)
         self.ia_extents = tuple(spec.extent(x) for x in cls.IA)
         self.ib_extents = tuple(spec.extent(x) for x in cls.IB)
-        # About a dozen arrays of one chunk of (D element x contracted index) pairs.
-        pairs = min(prod(self.d_extents) * max(prod(self.p_extents), 1), _CHUNK)
-        self.workspace_bytes = 12 * 16 * pairs
+        # About a dozen arrays of one step's (D element x contracted index) pairs (a step is
+        # at least one D element with every contracted index), and the index tuples of every
+        # contracted index (an int64 per label, and the arange they come from).
+        n_p = max(prod(self.p_extents), 1)
+        rows = min(prod(self.d_extents), max(1, _CHUNK // n_p))
+        self.workspace_bytes = 12 * 16 * rows * n_p + 8 * (len(cls.P) + 1) * n_p
 
     @staticmethod
     def _tuples(extents: Sequence[int], labels: Sequence[Label]) -> dict[Label, np.ndarray]:
@@ -163,7 +166,8 @@ class ReferencePlan(Stateless):
         n_p = prod(self.p_extents)
         alpha = _scalar(bound.alpha, rule)
         beta = _scalar(bound.beta, rule)
-        empty_sum = prod(self.ia_extents) == 0 or prod(self.ib_extents) == 0
+        # alpha == 0 or an empty sum: A and B are not read (SPEC section 1).
+        empty_sum = bound.alpha_zero or prod(self.ia_extents) == 0 or prod(self.ib_extents) == 0
         p_idx = self._tuples(self.p_extents, cls.P)
         step = max(1, _CHUNK // max(n_p, 1))
         for start in range(0, n_d, step):
@@ -211,7 +215,8 @@ class ReferenceBackend(Stateless):
     """Every TAPP feature, every datatype and precision; the conformance baseline."""
 
     name = "reference"
-    capabilities = Capabilities()
+    # NumPy indexes with at most 63 index arrays (one per mode of the gathered operand).
+    capabilities = Capabilities(max_modes=63)
 
     def available(self) -> tuple[bool, str]:
         """Report availability: always (NumPy only)."""
