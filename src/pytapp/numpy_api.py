@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Sequence
@@ -497,7 +498,9 @@ def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
 
     Returns NumPy's format (``['einsum_path', (0, 1), ...]``, which :func:`einsum` and
     ``numpy.einsum`` accept as ``optimize=``) and a :class:`~pytapp.network.PathInfo`, whose
-    printout lists each pairwise step with its TAPP algorithm, flops and predicted time.
+    printout lists each pairwise step with its TAPP algorithm, flops and predicted time; for
+    a dtype TAPP lacks (integers, bool, long double, object) each step says that
+    ``numpy.einsum`` runs it.
 
     Examples
     --------
@@ -506,12 +509,23 @@ def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
     ...                          np.ones((9, 1)))
     >>> path
     ['einsum_path', (1, 2), (0, 1)]
+    >>> _, info = einsum_path("ij,jk->ik", np.ones((2, 3), int), np.ones((3, 4), int))
+    >>> info.algorithms
+    ('numpy.einsum (int64 has no TAPP datatype)',)
     """
-    subs, ops = normalize_call(subscripts, operands)
-    arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
-    expr = EinsumExpression(subs, *arrays, optimize=optimize, memory_limit=memory_limit,
-                            backend=backend, dtype=dtype)
-    info = expr.info(result_datatype(arrays, dtype))
+    subs, ops = _normalize((subscripts, *operands))
+    arrays = [_plain_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
+    compute = _compute_dtype(arrays, _options("K", "safe", dtype)[2])
+    tapp = _tapp_datatype(compute)
+    expr = EinsumExpression(subs, *(a.shape for a in arrays), optimize=optimize,
+                            memory_limit=memory_limit, backend=backend,
+                            dtype=None if tapp is None else tapp)
+    if tapp is not None:
+        return ["einsum_path", *expr.path], expr.info(tapp)
+    info = expr.info(Datatype.F64)
+    where = f"numpy.einsum ({compute} has no TAPP datatype)"
+    info = dataclasses.replace(info, algorithms=(where,) * len(info.steps),
+                               predicted=(None,) * len(info.steps))
     return ["einsum_path", *expr.path], info
 
 
@@ -536,15 +550,50 @@ def einsum_expression(subscripts: str, *shapes_or_arrays: Any, optimize: Any = "
 
 def _ndim(x: Any) -> int:
     shape = getattr(x, "shape", None)
-    return len(shape) if shape is not None else to_numpy(x, "operand").ndim
+    return len(shape) if shape is not None else _plain_numpy(x, "operand").ndim
+
+
+def _axes_of(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
+    """numpy.tensordot's ``axes``: the modes of ``a`` and of ``b`` it pairs."""
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
+        count = int(axes)
+        if not 0 <= count <= min(na, nb):
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes} does not fit operands of {na} and {nb} modes")
+        return list(range(na - count, na)), list(range(count))
+    try:
+        first, second = axes
+        ax_a = [int(first)] if isinstance(first, (int, np.integer)) else [int(x) for x in first]
+        ax_b = [int(second)] if isinstance(second, (int, np.integer)) else [
+            int(x) for x in second]
+    except (TypeError, ValueError) as exc:
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"axes={axes!r}; give an int or two sequences of modes") from exc
+    if len(ax_a) != len(ax_b):
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"axes={axes!r} pairs {len(ax_a)} modes of a with {len(ax_b)} of b")
+    for modes, n, name in ((ax_a, na, "a"), (ax_b, nb, "b")):
+        if any(not -n <= x < n for x in modes) or len({x % n for x in modes}) != len(modes):
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes!r} names modes {modes} of {name}, which has {n} "
+                            "modes; give distinct modes in range")
+    return [x % na for x in ax_a], [x % nb for x in ax_b]
 
 
 def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
               backend: BackendName | None = None) -> ArrayLike:
-    """``numpy.tensordot`` (and the array API's) on a TAPP product.
+    """``numpy.tensordot`` on a TAPP product, with numpy's results and errors.
 
     ``axes`` is a count (the last ``axes`` modes of ``a`` with the first of ``b``) or a pair
-    of sequences of modes.
+    of sequences of modes. Paired modes must have equal extents (no size-1 broadcasting, as
+    in NumPy); the result is an array, 0-d for a full contraction. Operands that are not
+    arrays or tensors (duck-typed, lazy arrays) go to ``numpy.tensordot``; dtypes TAPP lacks
+    run through ``numpy.einsum`` (see :func:`einsum`).
+
+    Raises
+    ------
+    TappError
+        13 ``axes`` that do not fit the operands; 1 paired modes of different extents.
 
     Examples
     --------
@@ -552,51 +601,69 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     >>> tensordot(np.ones((2, 3)), np.ones((3, 4)), axes=1).shape
     (2, 4)
     """
+    if _is_foreign(a) or _is_foreign(b):
+        return np.tensordot(a, b, axes)
+    if not hasattr(a, "shape"):
+        a = _plain_numpy(a, "a")
+    if not hasattr(b, "shape"):
+        b = _plain_numpy(b, "b")
     na, nb = _ndim(a), _ndim(b)
     if na + nb > len(LETTERS):
         raise error_for(ErrorCode.NEGATIVE_NMODES, "tensordot takes at most 52 modes in all")
-    if isinstance(axes, (int,)) and not isinstance(axes, bool):
-        if not 0 <= axes <= min(na, nb):
-            raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"axes={axes} does not fit operands of {na} and {nb} modes")
-        ax_a, ax_b = list(range(na - axes, na)), list(range(axes))
-    else:
-        try:
-            first, second = axes
-            ax_a = [first] if isinstance(first, int) else list(first)
-            ax_b = [second] if isinstance(second, int) else list(second)
-        except (TypeError, ValueError) as exc:
-            raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"axes={axes!r}; give an int or two sequences of modes") from exc
-        if len(ax_a) != len(ax_b):
-            raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"axes={axes!r} pairs {len(ax_a)} modes of a with {len(ax_b)} of b")
-        ax_a = [x % na if na else x for x in ax_a]
-        ax_b = [x % nb if nb else x for x in ax_b]
+    ax_a, ax_b = _axes_of(axes, na, nb)
+    shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+    for i, j in zip(ax_a, ax_b, strict=True):
+        if shape_a[i] != shape_b[j]:
+            raise error_for(ErrorCode.EXTENT_MISMATCH_AB,
+                            f"shape-mismatch for sum: mode {i} of a has extent {shape_a[i]} "
+                            f"but mode {j} of b has {shape_b[j]}; paired modes must be equal")
     la = list(LETTERS[:na])
     lb = list(LETTERS[na:na + nb])
     for i, j in zip(ax_a, ax_b, strict=True):
         lb[j] = la[i]
     out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
-    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
+    result = einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
+    return np.asarray(result) if isinstance(result, np.generic) else result
 
 
 def transpose(a: ArrayLike, axes: Sequence[int] | None = None, *,
               backend: BackendName | None = None) -> ArrayLike:
-    """``numpy.transpose`` as a TAPP product (a new array, not a view).
+    """``numpy.transpose``: a view of ``a`` with its modes permuted (no data moves).
+
+    A torch tensor gives a torch view (``permute``); objects that are not arrays or tensors
+    go to ``numpy.transpose``. No TAPP product runs, so ``backend`` is not used (it is
+    accepted for the signature opt_einsum's backends share).
+
+    Raises
+    ------
+    TappError
+        13 when ``axes`` is not a permutation of the modes.
 
     Examples
     --------
     >>> import numpy as np
-    >>> transpose(np.ones((2, 3))).shape
-    (3, 2)
+    >>> x = np.ones((2, 3))
+    >>> transpose(x).shape, transpose(x).base is x
+    ((3, 2), True)
     """
-    n = _ndim(a)
-    if n > len(LETTERS):
-        raise error_for(ErrorCode.NEGATIVE_NMODES, "transpose takes at most 52 modes")
-    order = list(range(n))[::-1] if axes is None else [int(x) % max(n, 1) for x in axes]
-    if sorted(order) != list(range(n)):
-        raise error_for(ErrorCode.NEGATIVE_NMODES,
-                        f"axes={axes!r} is not a permutation of the {n} modes")
-    labels = LETTERS[:n]
-    return einsum(f"{labels}->{''.join(labels[i] for i in order)}", a, backend=backend)
+    del backend  # a view: nothing runs
+    if _is_foreign(a):
+        return np.transpose(a, axes)
+    data: Any = a if is_torch(a) or isinstance(a, np.ndarray) else _plain_numpy(a, "a")
+    n = _ndim(data)
+    if axes is None:
+        order = list(range(n))[::-1]
+    else:
+        try:
+            order = [int(x) for x in axes]
+        except (TypeError, ValueError) as exc:
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes!r}; give a permutation of the {n} modes") from exc
+        if any(not -n <= x < n for x in order) or sorted(x % n for x in order) != list(
+                range(n)):
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes!r} is not a permutation of the {n} modes")
+        order = [x % n for x in order]
+    if is_torch(data):
+        return data.permute(order)
+    return np.transpose(data, order)
