@@ -175,7 +175,11 @@ class TappError(Exception):
         self.message = message
 
     def __str__(self) -> str:
-        return f"[TAPP error {self.code}: {explain_error(self.code)}] {self.message}"
+        text = self.message
+        if self.args and self.args != (self.message,):
+            # a library rewrote ``args`` to add context (opt_einsum does): show what it wrote
+            text = str(self.args[0]) if len(self.args) == 1 else ", ".join(map(str, self.args))
+        return f"[TAPP error {self.code}: {explain_error(self.code)}] {text}"
 
     @property
     def explanation(self) -> str:
@@ -294,15 +298,38 @@ _CLASSES: dict[int, type[TappError]] = {
 }
 
 
-def error_for(code: int, message: str) -> TappError:
+_ALSO: dict[tuple[type[TappError], type[Exception]], type[TappError]] = {}
+
+
+def _also(cls: type[TappError], builtin: type[Exception]) -> type[TappError]:
+    """Return the subclass of ``cls`` that is also a ``builtin`` (created once, kept here)."""
+    if issubclass(cls, builtin):
+        return cls
+    found = _ALSO.get((cls, builtin))
+    if found is None:
+        name = f"{cls.__name__}As{builtin.__name__}"
+        found = type(name, (cls, builtin), {"__doc__": f"{cls.__doc__} Also a {builtin.__name__}.",
+                                            "__module__": __name__})
+        globals()[name] = _ALSO[(cls, builtin)] = found  # importable, so it pickles
+    return found
+
+
+def error_for(code: int, message: str, *, also: type[Exception] | None = None) -> TappError:
     """Build the :class:`TappError` subclass that matches ``code``.
 
-    Unknown codes (for example from a C library) give a plain :class:`TappError`.
+    Unknown codes (for example from a C library) give a plain :class:`TappError`. ``also``
+    adds a built-in exception class, for a call where NumPy raises another built-in than the
+    code's class subclasses (a malformed einsum subscript of the wrong type is code 13 and a
+    ``TypeError``), so that code catching NumPy's exceptions keeps working.
 
     Examples
     --------
     >>> type(error_for(19, "x")).__name__
     'OutOfBoundsError'
+    >>> isinstance(error_for(13, "x", also=TypeError), TypeError)
+    True
     """
     cls = _CLASSES.get(int(code), TappError)
+    if also is not None:
+        cls = _also(cls, also)
     return cls(message, int(code))

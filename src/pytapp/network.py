@@ -86,7 +86,7 @@ class Prepared:
         kept = term
         if self.drop:
             index = tuple(0 if axis in self.drop else slice(None) for axis in range(arr.ndim))
-            view = arr[index]
+            view = arr[(*index, Ellipsis)]  # the Ellipsis keeps a 0-d array, not a scalar
             kept = "".join(ch for axis, ch in enumerate(term) if axis not in self.drop)
         if not self.diagonal:
             return view

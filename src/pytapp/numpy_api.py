@@ -18,14 +18,19 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pytapp import backends
 from pytapp.analysis.letters import LETTERS
-from pytapp.errors import ErrorCode, error_for
+from pytapp.analysis.subscripts import Equation, parse_subscripts
+from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
+from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
     cached_expression,
@@ -33,9 +38,11 @@ from pytapp.expression import (
     normalize_call,
     path_key,
     result_datatype,
+    to_library,
     to_numpy,
 )
-from pytapp.network import PathInfo
+from pytapp.handle import default_backend_name
+from pytapp.network import PathInfo, result_shape
 from pytapp.typing import ArrayLike, BackendName
 
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
@@ -59,20 +66,37 @@ def _needs_torch_op(operands: Sequence[Any]) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
-           optimize: Any = "auto", memory_limit: Any = None,
-           backend: BackendName | None = None, dtype: Any = None) -> ArrayLike:
+#: numpy.einsum's ``order=`` values (any case) and ``casting=`` values.
+ORDERS = ("K", "A", "C", "F")
+CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
+           memory_limit: Any = None, backend: BackendName | None = None, dtype: Any = None,
+           order: str = "K", casting: str = "safe") -> ArrayLike:
     """Evaluate an Einstein summation the way ``numpy.einsum`` does, on TAPP products.
+
+    Called as ``einsum(subscripts, *operands, ...)``: the subscripts are ``'ij,jk->ik'``,
+    implicit output (``'ij,jk'``), ellipses (``'...ij,...jk'``), as a string or bytes; or the
+    sublist form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``.
+
+    What runs where: operands whose compute dtype is a TAPP datatype (float16, bfloat16,
+    float32, float64, complex64, complex128) run as TAPP products; every other dtype numpy
+    accepts (integers and bool, exactly; long double, object...) runs through
+    ``numpy.einsum``, with the same arguments. One-operand calls that only relabel or take a
+    diagonal return numpy's view, as ``numpy.einsum`` does. Operands that are neither arrays
+    nor tensors but implement ``__array_function__`` or only duck-type an array (lazy arrays)
+    go to ``numpy.einsum``, which dispatches to their library.
 
     Parameters
     ----------
-    subscripts
-        ``'ij,jk->ik'``, implicit output (``'ij,jk'``), ellipses (``'...ij,...jk'``); or the
-        sublist form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``.
     *operands
-        Arrays (NumPy, torch, anything NumPy reads) and Python or NumPy scalars.
+        The subscripts, then arrays (NumPy, torch, anything NumPy reads) and Python or NumPy
+        scalars.
     out
-        Array to write the result into (cast with ``same_kind`` if its dtype differs).
+        Array to write the result into: a NumPy array (a torch tensor for torch operands),
+        whose shape is the result's (or broadcasts it, where the result has extent 1); the
+        result is cast to its dtype under ``casting``.
     optimize
         The contraction order: ``"auto"`` (default), ``"greedy"``, ``"optimal"``, ``"dp"``
         and opt_einsum's other names, ``True`` (greedy), ``False`` (left to right), an
@@ -84,19 +108,28 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
         TAPP backend of every product (``None``: the default, ``PYTAPP_BACKEND``).
     dtype
         Compute and result dtype; by default NumPy's promotion of the operands.
+    order
+        Memory layout of a new result, as for NumPy: ``"K"`` (C order unless the largest
+        operand is laid out otherwise, then its order), ``"A"``, ``"C"`` or ``"F"``.
+    casting
+        Which casts of operands to the compute dtype, and of the result to ``out``, are
+        allowed: ``"no"``, ``"equiv"``, ``"safe"`` (default), ``"same_kind"``, ``"unsafe"``.
 
     Returns
     -------
     The result in the operands' library: a NumPy array (a NumPy scalar when 0-d), a torch
     tensor when an operand is one, a lazy dask array when an operand is one
-    (:func:`pytapp.dask.einsum`).
+    (:func:`pytapp.dask.einsum`); ``out`` when given.
 
     Raises
     ------
     TappError
-        13 malformed subscripts; 4 an output label no input has; 1 extents that differ (and
-        are not 1); 20 datatypes TAPP does not have (integers alone, ...); 18 an unknown
-        optimizer or an invalid path.
+        13 malformed subscripts of any type, unknown ``order`` or ``casting`` (also a
+        ``TypeError`` where NumPy raises one); 4 an output label no input has; 1 extents that
+        differ (and are not 1); 20 a ``dtype`` that is not one, a cast ``casting`` forbids, an
+        ``out`` that is not an array of the operands' library or has another shape (also a
+        ``ValueError`` then); 22 a read-only ``out``; 18 an unknown optimizer or an invalid
+        path.
 
     Examples
     --------
@@ -105,31 +138,39 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     5.0
     >>> einsum(np.ones((2, 2)), [0, 1], [1, 0]).shape
     (2, 2)
+    >>> int(einsum("i,i->", np.arange(4), np.arange(4)))  # integers: numpy.einsum, exact
+    14
     """
     thin_key: tuple[Any, ...] | None = None
     layout_key: tuple[Any, ...] | None = None
-    if out is None and type(subscripts) is str and all(type(x) is np.ndarray
-                                                        for x in operands):
+    if (out is None and order == "K" and casting == "safe" and operands
+            and type(operands[0]) is str
+            and all(type(x) is np.ndarray and x.flags.c_contiguous for x in operands[1:])):
+        inputs = operands[1:]
         # an explicit path (a list) as a tuple: a reused path hits these caches too
         opt = path_key(optimize)
-        layout_key = (subscripts, opt, memory_limit, backend, dtype,
-                      *[(x.shape, x.strides, x.dtype.num) for x in operands])
+        layout_key = (operands[0], opt, memory_limit, backend, dtype,
+                      *[(x.shape, x.strides, x.dtype.num) for x in inputs])
         try:
             chain = _chains.get(layout_key)
         except TypeError:  # an unhashable optimizer: the general path, never remembered
             chain = layout_key = None
         if chain is not None:  # the whole network as compiled programs for these layouts
-            found = chain(*operands)
+            found = chain(*inputs)
             if found is not None:
                 return found[()] if found.ndim == 0 else found
-        thin_key = (subscripts, opt, memory_limit, backend, dtype,
-                    *(x.shape for x in operands))
-        cached = None if layout_key is None else _thin.get(thin_key)
-        if cached is not None:
-            found = cached._fast_numpy(operands)
-            if found is not None:
-                return found
-    subs, ops = normalize_call(subscripts, operands)
+        if layout_key is not None:
+            thin_key = (operands[0], opt, memory_limit, backend, dtype,
+                        *(x.shape for x in inputs))
+            cached = _thin.get(thin_key)
+            if cached is not None:
+                found = cached._fast_numpy(inputs)
+                if found is not None:
+                    return found
+    subs, ops = _normalize(operands)
+    layout, casting, want = _options(order, casting, dtype)
+    if any(_is_foreign(x) for x in ops):
+        return _numpy_einsum(subs, ops, out, optimize, want, layout, casting)
     if any(type(x).__module__.startswith("dask.") for x in ops):
         if out is not None:
             raise error_for(ErrorCode.UNSUPPORTED,
@@ -147,20 +188,327 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
         from pytapp.interop.torch_op import einsum_op
 
         return einsum_op(subs, ops, backend)
-    arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
-    expr = cached_expression(subs, arrays, optimize, memory_limit, backend, dtype)
-    result = expr(*ops, out=out)
-    if thin_key is not None and layout_key is not None:
-        found_chain = expr.chain_for(ops)
-        with _thin_lock:
-            _thin[thin_key] = expr
-            while len(_thin) > THIN_CACHE_SIZE:
-                _thin.pop(next(iter(_thin)))
-            if found_chain is not None:
-                _chains[layout_key] = found_chain
-                while len(_chains) > THIN_CACHE_SIZE:
-                    _chains.pop(next(iter(_chains)))
-    return result
+    arrays = [_plain_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
+    equation = parse_subscripts(subs, [a.ndim for a in arrays])
+    shape = result_shape(equation, [a.shape for a in arrays])
+    like = next((x for x in ops if is_torch(x)), None)
+    target = _check_out(out, like, shape)
+    compute = _compute_dtype(arrays, want)
+    # numpy.einsum's optimized path assigns a 0-d result to out without checking the cast
+    _check_casts(arrays, compute, None if shape == () and optimize is not False else target,
+                 casting)
+    tapp = _tapp_datatype(compute)
+    if tapp is None or (len(arrays) == 1 and target is None and compute == arrays[0].dtype
+                        and _relabels_only(equation)):
+        numpy_einsum: Any = np.einsum  # its overloads do not cover run-time options
+        result = numpy_einsum(_ascii(equation), *arrays, out=target, dtype=want, order=layout,
+                              casting=casting, optimize=_numpy_optimize(optimize, len(arrays)))
+        return out if out is not None else to_library(result, like)
+    final = tapp
+    if tapp in (Datatype.F16, Datatype.BF16) and _lacks(backend_name_of(backend), tapp):
+        # the backend has no 16-bit product (tblis): compute in float32, where numpy.einsum
+        # accumulates float16 too, and round the result once
+        want, tapp = np.dtype(np.float32), Datatype.F32
+    folded = _fold_broadcast_sums(equation, arrays, tapp.numpy_dtype)
+    if folded is not None:
+        subs, arrays = folded
+        ops = arrays if like is None else [torch_view(a) for a in arrays]
+    expr = cached_expression(subs, arrays, optimize, memory_limit, backend, want)
+    if target is not None and target.shape == shape and target.dtype == tapp.numpy_dtype:
+        expr(*ops, out=target)
+        return out
+    into = _allocate(shape, tapp, layout, equation, arrays)
+    if into is None and target is None and final is tapp:
+        result = expr(*ops)
+        if thin_key is not None and folded is None:
+            found_chain = expr.chain_for(ops) if layout_key is not None else None
+            with _thin_lock:
+                _thin[thin_key] = expr
+                while len(_thin) > THIN_CACHE_SIZE:
+                    _thin.pop(next(iter(_thin)))
+                if found_chain is not None:
+                    _chains[layout_key] = found_chain
+                    while len(_chains) > THIN_CACHE_SIZE:
+                        _chains.pop(next(iter(_chains)))
+        return result
+    if into is None:
+        into = np.empty(shape, dtype=tapp.numpy_dtype)
+    expr(*ops, out=into)
+    if target is not None:
+        np.copyto(target, into, casting="unsafe")  # the cast was checked above
+        return out
+    if final is not tapp:
+        into = into.astype(final.numpy_dtype, order="K")
+    if like is None and into.ndim == 0:
+        return into[()]
+    return to_library(into, like)
+
+
+@functools.lru_cache(maxsize=32)
+def _lacks(name: str, dt: Datatype) -> bool:
+    """Whether backend ``name`` states that it has no product of datatype ``dt``."""
+    if name.startswith("clib"):
+        return False  # a C library says so when a product is created
+    try:
+        return dt not in backends.get(name).capabilities.datatypes
+    except TappError:
+        return False  # an unknown backend: the product's creation reports it
+
+
+def backend_name_of(backend: BackendName | None) -> str:
+    """Return the backend name ``backend=`` selects (``None``: the default)."""
+    return backend if isinstance(backend, str) and backend else default_backend_name()
+
+
+def _normalize(operands: Sequence[Any]) -> tuple[str, list[Any]]:
+    """Subscripts (a string) and operands of a call in either form.
+
+    Raises
+    ------
+    InvalidDescriptorError
+        Code 13 (also a ``TypeError`` for subscripts of a wrong type) for a call without
+        operands, bytes that are not ASCII, or subscripts that are neither a string nor
+        the sublist form.
+    """
+    if not operands:
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        "einsum takes subscripts and operands, like einsum('ij,jk->ik', a, b)")
+    subscripts = operands[0]
+    if isinstance(subscripts, (bytes, bytearray)):
+        try:
+            subscripts = subscripts.decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"subscripts {bytes(subscripts)!r} are not ASCII; give a string "
+                            "like 'ij,jk->ik'", also=TypeError) from exc
+    if isinstance(subscripts, str):
+        return subscripts, list(operands[1:])
+    if len(operands) < 2:
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"subscripts must be a string like 'ij,jk->ik' (or the sublist form "
+                        f"einsum(a, [0, 1], b, [1, 2])), not {type(subscripts).__name__}",
+                        also=TypeError)
+    return normalize_call(subscripts, operands[1:])
+
+
+def _options(order: Any, casting: Any, dtype: Any) -> tuple[str, str, np.dtype[Any] | None]:
+    """Validate ``order``, ``casting`` and ``dtype`` as numpy.einsum does."""
+    if not isinstance(order, str) or order.upper() not in ORDERS:
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"order={order!r}; give one of 'K', 'A', 'C' or 'F'")
+    if not isinstance(casting, str) or casting not in CASTINGS:
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"casting={casting!r}; give one of {', '.join(map(repr, CASTINGS))}")
+    want = None
+    if dtype is not None:
+        try:
+            want = np.dtype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"dtype={dtype!r} is not a dtype; give one like 'float64'") from exc
+    return order.upper(), casting, want
+
+
+def _is_foreign(x: Any) -> bool:
+    """Whether ``x`` is an array of another library, or a duck-typed (lazy) array.
+
+    NumPy arrays and scalars, Python numbers and sequences, torch tensors and dask arrays are
+    not: they run here.
+    """
+    if isinstance(x, (np.ndarray, np.generic, int, float, complex, list, tuple)) or is_torch(x):
+        return False
+    if type(x).__module__.startswith("dask."):
+        return False
+    if hasattr(x, "__array_function__"):
+        return True
+    readable = any(hasattr(x, name) for name in (
+        "__array__", "__array_interface__", "__array_struct__", "__dlpack__", "__buffer__"))
+    return not readable and hasattr(x, "shape")
+
+
+def _plain_numpy(x: Any, role: str) -> np.ndarray:
+    """Return operand data as a NumPy array of any dtype (torch tensors shared, not copied)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if is_torch(x):
+        try:
+            datatype_of_data(x, role)
+        except TappError:  # no TAPP datatype (integers, bool): numpy.einsum reads it
+            if x.device.type != "cpu":
+                raise
+            plain: np.ndarray = x.detach().resolve_conj().resolve_neg().numpy()
+            return plain
+        return to_numpy(x, role)
+    if isinstance(x, (list, tuple)) or not hasattr(x, "dtype"):
+        try:
+            return np.asarray(x)
+        except Exception as exc:  # any foreign object: report it, whatever it raised
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"{role}: {type(x).__name__} is not array data; pass a NumPy "
+                            "array or a torch tensor") from exc
+    return to_numpy(x, role)
+
+
+def _check_out(out: Any, like: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Return ``out`` as a NumPy view after numpy.einsum's checks.
+
+    Raises
+    ------
+    TappError
+        20 (a ``TypeError``) when ``out`` is not an array of the operands' library; 20 (a
+        ``ValueError``) when its shape neither is nor broadcasts the result's; 22 when it is
+        read-only.
+    """
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray) and not (like is not None and is_torch(out)):
+        library = "a NumPy array" if like is None else "a NumPy array or a torch tensor"
+        raise error_for(ErrorCode.OPERAND_MISMATCH,
+                        f"out is a {type(out).__name__}; out= must be {library} (or None)")
+    target = _plain_numpy(out, "out")
+    if not target.flags.writeable:
+        raise error_for(ErrorCode.READ_ONLY,
+                        "out is read-only; pass a writeable array (or no out=)")
+    if target.ndim != len(shape) or any(t != r and r != 1 for t, r in zip(target.shape, shape,
+                                                                          strict=True)):
+        raise error_for(ErrorCode.OPERAND_MISMATCH,
+                        f"out has shape {target.shape} but the result has shape {shape}; pass "
+                        "an out of the result's shape", also=ValueError)
+    return target
+
+
+def _compute_dtype(arrays: Sequence[np.ndarray], want: np.dtype[Any] | None) -> np.dtype[Any]:
+    """Return the compute dtype: ``dtype=``, else NumPy's (TAPP's) promotion."""
+    if want is not None:
+        return want
+    try:
+        return result_datatype(arrays).numpy_dtype
+    except TappError:
+        pass
+    try:
+        return np.result_type(*arrays)
+    except TypeError as exc:
+        raise error_for(ErrorCode.OPERAND_MISMATCH,
+                        f"operands of dtypes {[str(a.dtype) for a in arrays]} have no common "
+                        "dtype; convert them to one") from exc
+
+
+def _check_casts(arrays: Sequence[np.ndarray], compute: np.dtype[Any],
+                 target: np.ndarray | None, casting: str) -> None:
+    """Raise error 20 (a ``TypeError``) for a cast that ``casting`` forbids."""
+    casts = [(f"operand {i}", a.dtype, compute) for i, a in enumerate(arrays)]
+    if target is not None:
+        casts.append(("the result", compute, target.dtype))
+    for who, source, dest in casts:
+        try:
+            allowed = np.can_cast(source, dest, casting)  # type: ignore[arg-type]
+        except TypeError:  # dtypes numpy cannot compare (extension types): numpy decides
+            continue
+        if not allowed:
+            raise error_for(ErrorCode.OPERAND_MISMATCH,
+                            f"{who} would be cast from {source} to {dest}, which "
+                            f"casting={casting!r} forbids; pass casting='same_kind' or "
+                            "'unsafe', or a matching dtype=/out=")
+
+
+def _tapp_datatype(dtype: np.dtype[Any]) -> Datatype | None:
+    try:
+        return datatype_of(dtype)
+    except TappError:
+        return None
+
+
+def _relabels_only(equation: Equation) -> bool:
+    """Whether a one-operand equation only permutes or takes diagonals (a view in NumPy)."""
+    return set(equation.inputs[0]) == set(equation.output)
+
+
+def _ascii(equation: Equation) -> str:
+    """Return the equation in ASCII letters, explicit (what numpy.einsum reads)."""
+    rename = equation.letter_map()
+    terms = ["".join(rename[ch] for ch in term) for term in equation.inputs]
+    return ",".join(terms) + "->" + "".join(rename[ch] for ch in equation.output)
+
+
+def _numpy_optimize(optimize: Any, n: int) -> Any:
+    """``optimize=`` as numpy.einsum takes it (a path pytapp computes for other optimizers)."""
+    if isinstance(optimize, bool) or optimize in ("greedy", "optimal"):
+        return optimize
+    if isinstance(optimize, (list, tuple)) and optimize and not isinstance(optimize[0], str):
+        return ["einsum_path", *optimize]
+    if isinstance(optimize, (list, tuple)) and optimize and optimize[0] == "einsum_path":
+        return list(optimize)
+    if isinstance(optimize, tuple) and len(optimize) == 2:
+        return optimize
+    return n > 2  # "auto" and other optimizers: numpy's greedy path beyond two operands
+
+
+def _numpy_einsum(subs: str, ops: Sequence[Any], out: Any, optimize: Any,
+                  want: np.dtype[Any] | None, layout: str, casting: str) -> Any:
+    """numpy.einsum on operands of another library (it dispatches to their einsum)."""
+    kwargs: dict[str, Any] = {"dtype": want, "order": layout, "casting": casting}
+    if out is not None:
+        kwargs["out"] = out
+    return np.einsum(subs, *ops, optimize=_numpy_optimize(optimize, len(ops)), **kwargs)
+
+
+def _fold_broadcast_sums(equation: Equation, arrays: Sequence[np.ndarray],
+                         compute: np.dtype[Any]) -> tuple[str, list[np.ndarray]] | None:
+    """Sum over a broadcast (zero-stride) mode as one multiplication by its extent.
+
+    A label that only one operand has, once, on a zero-stride mode, and that the output
+    lacks, adds the same values ``extent`` times: the operand is read at index 0 of that mode
+    and the result is multiplied by the extent (one rounding instead of ``extent`` additions,
+    and no copy of the broadcast). ``None`` when no mode folds.
+    """
+    counts: dict[str, int] = {}
+    for term in equation.inputs:
+        for ch in term:
+            counts[ch] = counts.get(ch, 0) + 1
+    factor = 1
+    terms: list[str] = []
+    views: list[np.ndarray] = []
+    for term, arr in zip(equation.inputs, arrays, strict=True):
+        drop = [axis for axis, ch in enumerate(term) if arr.strides[axis] == 0
+                and arr.shape[axis] > 1 and counts[ch] == 1 and ch not in equation.output]
+        for axis in drop:
+            factor *= arr.shape[axis]
+        views.append(arr[(*(0 if axis in drop else slice(None) for axis in range(arr.ndim)),
+                          Ellipsis)])
+        terms.append("".join(ch for axis, ch in enumerate(term) if axis not in drop))
+    if factor == 1:
+        return None
+    folded = Equation((*terms, ""), equation.output)
+    return _ascii(folded), [*views, np.asarray(factor, dtype=compute)]
+
+
+def _allocate(shape: tuple[int, ...], dt: Datatype, layout: str, equation: Equation,
+              arrays: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Return a new result array in the memory order ``order=`` asks for (``None``: C order).
+
+    ``K``: C order when the largest operand is C-contiguous, else that operand's memory order
+    for the labels it has (the others innermost); ``A``: F when every operand is
+    F-contiguous.
+    """
+    if layout == "A":
+        f_order = all(a.flags.f_contiguous for a in arrays) and not all(
+            a.flags.c_contiguous for a in arrays)
+        layout = "F" if f_order else "C"
+    if layout == "C":
+        return None
+    if layout == "F":
+        return np.empty(shape, dtype=dt.numpy_dtype, order="F")
+    big = max(range(len(arrays)), key=lambda i: arrays[i].size, default=None)
+    if big is None or arrays[big].flags.c_contiguous:
+        return None
+    term, arr = equation.inputs[big], arrays[big]
+    stride = {ch: abs(arr.strides[axis]) for axis, ch in enumerate(term) if arr.shape[axis] > 1}
+    out = equation.output
+    # slowest first: labels of the big operand by falling stride, then the others
+    ranked = sorted(range(len(out)), key=lambda k: (out[k] not in stride,
+                                                    -stride.get(out[k], 0)))
+    base = np.empty(tuple(shape[k] for k in ranked), dtype=dt.numpy_dtype)
+    return base.transpose(np.argsort(ranked))
 
 
 def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
@@ -170,7 +518,9 @@ def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
 
     Returns NumPy's format (``['einsum_path', (0, 1), ...]``, which :func:`einsum` and
     ``numpy.einsum`` accept as ``optimize=``) and a :class:`~pytapp.network.PathInfo`, whose
-    printout lists each pairwise step with its TAPP algorithm, flops and predicted time.
+    printout lists each pairwise step with its TAPP algorithm, flops and predicted time; for
+    a dtype TAPP lacks (integers, bool, long double, object) each step says that
+    ``numpy.einsum`` runs it.
 
     Examples
     --------
@@ -179,12 +529,23 @@ def einsum_path(subscripts: Any, *operands: Any, optimize: Any = "greedy",
     ...                          np.ones((9, 1)))
     >>> path
     ['einsum_path', (1, 2), (0, 1)]
+    >>> _, info = einsum_path("ij,jk->ik", np.ones((2, 3), int), np.ones((3, 4), int))
+    >>> info.algorithms
+    ('numpy.einsum (int64 has no TAPP datatype)',)
     """
-    subs, ops = normalize_call(subscripts, operands)
-    arrays = [to_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
-    expr = EinsumExpression(subs, *arrays, optimize=optimize, memory_limit=memory_limit,
-                            backend=backend, dtype=dtype)
-    info = expr.info(result_datatype(arrays, dtype))
+    subs, ops = _normalize((subscripts, *operands))
+    arrays = [_plain_numpy(x, f"operand {i}") for i, x in enumerate(ops)]
+    compute = _compute_dtype(arrays, _options("K", "safe", dtype)[2])
+    tapp = _tapp_datatype(compute)
+    expr = EinsumExpression(subs, *(a.shape for a in arrays), optimize=optimize,
+                            memory_limit=memory_limit, backend=backend,
+                            dtype=None if tapp is None else tapp)
+    if tapp is not None:
+        return ["einsum_path", *expr.path], expr.info(tapp)
+    info = expr.info(Datatype.F64)
+    where = f"numpy.einsum ({compute} has no TAPP datatype)"
+    info = dataclasses.replace(info, algorithms=(where,) * len(info.steps),
+                               predicted=(None,) * len(info.steps))
     return ["einsum_path", *expr.path], info
 
 
@@ -209,15 +570,50 @@ def einsum_expression(subscripts: str, *shapes_or_arrays: Any, optimize: Any = "
 
 def _ndim(x: Any) -> int:
     shape = getattr(x, "shape", None)
-    return len(shape) if shape is not None else to_numpy(x, "operand").ndim
+    return len(shape) if shape is not None else _plain_numpy(x, "operand").ndim
+
+
+def _axes_of(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
+    """numpy.tensordot's ``axes``: the modes of ``a`` and of ``b`` it pairs."""
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
+        count = int(axes)
+        if not 0 <= count <= min(na, nb):
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes} does not fit operands of {na} and {nb} modes")
+        return list(range(na - count, na)), list(range(count))
+    try:
+        first, second = axes
+        ax_a = [int(first)] if isinstance(first, (int, np.integer)) else [int(x) for x in first]
+        ax_b = [int(second)] if isinstance(second, (int, np.integer)) else [
+            int(x) for x in second]
+    except (TypeError, ValueError) as exc:
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"axes={axes!r}; give an int or two sequences of modes") from exc
+    if len(ax_a) != len(ax_b):
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"axes={axes!r} pairs {len(ax_a)} modes of a with {len(ax_b)} of b")
+    for modes, n, name in ((ax_a, na, "a"), (ax_b, nb, "b")):
+        if any(not -n <= x < n for x in modes) or len({x % n for x in modes}) != len(modes):
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes!r} names modes {modes} of {name}, which has {n} "
+                            "modes; give distinct modes in range")
+    return [x % na for x in ax_a], [x % nb for x in ax_b]
 
 
 def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
               backend: BackendName | None = None) -> ArrayLike:
-    """``numpy.tensordot`` (and the array API's) on a TAPP product.
+    """``numpy.tensordot`` on a TAPP product, with numpy's results and errors.
 
     ``axes`` is a count (the last ``axes`` modes of ``a`` with the first of ``b``) or a pair
-    of sequences of modes.
+    of sequences of modes. Paired modes must have equal extents (no size-1 broadcasting, as
+    in NumPy); the result is an array, 0-d for a full contraction. Operands that are not
+    arrays or tensors (duck-typed, lazy arrays) go to ``numpy.tensordot``; dtypes TAPP lacks
+    run through ``numpy.einsum`` (see :func:`einsum`).
+
+    Raises
+    ------
+    TappError
+        13 ``axes`` that do not fit the operands; 1 paired modes of different extents.
 
     Examples
     --------
@@ -225,51 +621,69 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     >>> tensordot(np.ones((2, 3)), np.ones((3, 4)), axes=1).shape
     (2, 4)
     """
+    if _is_foreign(a) or _is_foreign(b):
+        return np.tensordot(a, b, axes)
+    if not hasattr(a, "shape"):
+        a = _plain_numpy(a, "a")
+    if not hasattr(b, "shape"):
+        b = _plain_numpy(b, "b")
     na, nb = _ndim(a), _ndim(b)
     if na + nb > len(LETTERS):
         raise error_for(ErrorCode.NEGATIVE_NMODES, "tensordot takes at most 52 modes in all")
-    if isinstance(axes, (int,)) and not isinstance(axes, bool):
-        if not 0 <= axes <= min(na, nb):
-            raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"axes={axes} does not fit operands of {na} and {nb} modes")
-        ax_a, ax_b = list(range(na - axes, na)), list(range(axes))
-    else:
-        try:
-            first, second = axes
-            ax_a = [first] if isinstance(first, int) else list(first)
-            ax_b = [second] if isinstance(second, int) else list(second)
-        except (TypeError, ValueError) as exc:
-            raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"axes={axes!r}; give an int or two sequences of modes") from exc
-        if len(ax_a) != len(ax_b):
-            raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"axes={axes!r} pairs {len(ax_a)} modes of a with {len(ax_b)} of b")
-        ax_a = [x % na if na else x for x in ax_a]
-        ax_b = [x % nb if nb else x for x in ax_b]
+    ax_a, ax_b = _axes_of(axes, na, nb)
+    shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+    for i, j in zip(ax_a, ax_b, strict=True):
+        if shape_a[i] != shape_b[j]:
+            raise error_for(ErrorCode.EXTENT_MISMATCH_AB,
+                            f"shape-mismatch for sum: mode {i} of a has extent {shape_a[i]} "
+                            f"but mode {j} of b has {shape_b[j]}; paired modes must be equal")
     la = list(LETTERS[:na])
     lb = list(LETTERS[na:na + nb])
     for i, j in zip(ax_a, ax_b, strict=True):
         lb[j] = la[i]
     out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
-    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
+    result = einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
+    return np.asarray(result) if isinstance(result, np.generic) else result
 
 
 def transpose(a: ArrayLike, axes: Sequence[int] | None = None, *,
               backend: BackendName | None = None) -> ArrayLike:
-    """``numpy.transpose`` as a TAPP product (a new array, not a view).
+    """``numpy.transpose``: a view of ``a`` with its modes permuted (no data moves).
+
+    A torch tensor gives a torch view (``permute``); objects that are not arrays or tensors
+    go to ``numpy.transpose``. No TAPP product runs, so ``backend`` is not used (it is
+    accepted for the signature opt_einsum's backends share).
+
+    Raises
+    ------
+    TappError
+        13 when ``axes`` is not a permutation of the modes.
 
     Examples
     --------
     >>> import numpy as np
-    >>> transpose(np.ones((2, 3))).shape
-    (3, 2)
+    >>> x = np.ones((2, 3))
+    >>> transpose(x).shape, transpose(x).base is x
+    ((3, 2), True)
     """
-    n = _ndim(a)
-    if n > len(LETTERS):
-        raise error_for(ErrorCode.NEGATIVE_NMODES, "transpose takes at most 52 modes")
-    order = list(range(n))[::-1] if axes is None else [int(x) % max(n, 1) for x in axes]
-    if sorted(order) != list(range(n)):
-        raise error_for(ErrorCode.NEGATIVE_NMODES,
-                        f"axes={axes!r} is not a permutation of the {n} modes")
-    labels = LETTERS[:n]
-    return einsum(f"{labels}->{''.join(labels[i] for i in order)}", a, backend=backend)
+    del backend  # a view: nothing runs
+    if _is_foreign(a):
+        return np.transpose(a, axes)
+    data: Any = a if is_torch(a) or isinstance(a, np.ndarray) else _plain_numpy(a, "a")
+    n = _ndim(data)
+    if axes is None:
+        order = list(range(n))[::-1]
+    else:
+        try:
+            order = [int(x) for x in axes]
+        except (TypeError, ValueError) as exc:
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes!r}; give a permutation of the {n} modes") from exc
+        if any(not -n <= x < n for x in order) or sorted(x % n for x in order) != list(
+                range(n)):
+            raise error_for(ErrorCode.NEGATIVE_NMODES,
+                            f"axes={axes!r} is not a permutation of the {n} modes")
+        order = [x % n for x in order]
+    if is_torch(data):
+        return data.permute(order)
+    return np.transpose(data, order)

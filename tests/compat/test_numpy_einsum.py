@@ -94,11 +94,26 @@ def test_result_datatype_follows_numpy() -> None:
     assert pytapp.einsum("i,i->i", f32, f32, dtype=np.float64).dtype == np.float64
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint16, np.bool_, np.longdouble,
+                                   np.clongdouble, object])
+def test_datatypes_tapp_lacks_run_exactly_through_numpy(dtype: type) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.integers(0, 3, (3, 4)).astype(dtype)
+    b = rng.integers(0, 3, (4, 5)).astype(dtype)
+    got = pytapp.einsum("ij,jk->ik", a, b)
+    assert got.dtype == np.dtype(dtype)
+    exact = [[sum(int(a[i, j]) * int(b[j, k]) for j in range(4)) for k in range(5)]
+             for i in range(3)]
+    assert (np.asarray(got, dtype=np.int64) == np.asarray(exact, dtype=np.int64)).all() or \
+        dtype is np.bool_
+    np.testing.assert_array_equal(got, np.einsum("ij,jk->ik", a, b))
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint16, np.bool_])
-def test_datatypes_tapp_lacks_are_error_20(dtype: type) -> None:
+def test_contract_keeps_tapp_datatypes(dtype: type) -> None:
     a = np.ones(3, dtype=dtype)
     with pytest.raises(pytapp.OperandMismatchError) as err:
-        pytapp.einsum("i,i->i", a, a)
+        pytapp.contract("i,i->i", a, a)
     assert err.value.code == 20 and "float64" in str(err.value)
 
 
@@ -108,8 +123,11 @@ def test_out_argument() -> None:
     assert pytapp.einsum("ij,jk", a, b, out=out) is out
     np.testing.assert_allclose(out, a @ b)
     out32 = np.zeros((2, 4), np.float32)
-    pytapp.einsum("ij,jk", a, b, out=out32)
+    pytapp.einsum("ij,jk", a, b, out=out32, casting="same_kind")
     np.testing.assert_allclose(out32, a @ b)
+    with pytest.raises(TypeError) as err:  # numpy's default casting="safe" forbids it
+        pytapp.einsum("ij,jk", a, b, out=out32)
+    assert isinstance(err.value, pytapp.TappError) and err.value.code == 20
     strided = np.zeros((4, 8))[::2, ::2]
     pytapp.einsum("ij,jk", a, b, out=strided)
     np.testing.assert_allclose(strided, a @ b)

@@ -164,7 +164,7 @@ def parse_subscripts(subscripts: str, ndims: Sequence[int]) -> Equation:
     if not isinstance(subscripts, str):
         raise error_for(ErrorCode.NEGATIVE_NMODES,
                         f"subscripts must be a string like 'ij,jk->ik', not "
-                        f"{type(subscripts).__name__}")
+                        f"{type(subscripts).__name__}", also=TypeError)
     terms, output = _split_terms(subscripts)
     if len(terms) != len(ndims):
         raise error_for(
@@ -222,7 +222,8 @@ def _sublist_label(item: Any, where: str) -> str:
         return "..."
     if isinstance(item, bool) or not hasattr(item, "__index__"):
         raise error_for(ErrorCode.NEGATIVE_NMODES,
-                        f"{where} holds {item!r}; sublists hold integers 0-51 or Ellipsis")
+                        f"{where} holds {item!r}; sublists hold integers 0-51 or Ellipsis",
+                        also=TypeError)
     k = int(item)
     if not 0 <= k < 52:
         raise error_for(ErrorCode.NEGATIVE_NMODES,
@@ -248,12 +249,15 @@ def from_sublists(args: Sequence[Any]) -> tuple[str, list[Any]]:
     for i, sub in enumerate(subs):
         if isinstance(sub, (str, bytes)) or not hasattr(sub, "__iter__"):
             raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"the sublist of operand {i} is {sub!r}; give a list of integers")
+                            f"the sublist of operand {i} is {sub!r}; give a list of integers "
+                            "(or write the subscripts as a string like 'ij,jk->ik')",
+                            also=TypeError)
         terms.append("".join(_sublist_label(x, f"the sublist of operand {i}") for x in sub))
     subscripts = ",".join(terms)
     if out is not None:
         if isinstance(out, (str, bytes)) or not hasattr(out, "__iter__"):
             raise error_for(ErrorCode.NEGATIVE_NMODES,
-                            f"the output sublist is {out!r}; give a list of integers")
+                            f"the output sublist is {out!r}; give a list of integers",
+                            also=TypeError)
         subscripts += "->" + "".join(_sublist_label(x, "the output sublist") for x in out)
     return subscripts, operands
