@@ -43,6 +43,18 @@ __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose
 THIN_CACHE_SIZE = 256
 _thin: dict[Any, EinsumExpression] = {}
 _thin_lock = threading.Lock()
+#: Backends under which torch tensors run as torch calls (pytapp.interop.torch_einsum).
+_TORCH_CALLS = (None, "auto", "torch")
+_torch_einsum: Any = None
+
+
+def _torch_calls() -> Any:
+    global _torch_einsum
+    if _torch_einsum is None:
+        from pytapp.interop.torch_einsum import einsum as found
+
+        _torch_einsum = found
+    return _torch_einsum
 
 
 def _needs_torch_op(operands: Sequence[Any]) -> bool:
@@ -103,6 +115,10 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
     >>> einsum(np.ones((2, 2)), [0, 1], [1, 0]).shape
     (2, 2)
     """
+    if operands and is_torch(operands[0]) and backend in _TORCH_CALLS and type(
+            subscripts) is str:
+        return _torch_calls()(subscripts, operands, out=out, optimize=optimize,
+                              memory_limit=memory_limit, dtype=dtype)
     thin_key: tuple[Any, ...] | None = None
     if out is None and type(subscripts) is str and all(type(x) is np.ndarray
                                                         for x in operands):
@@ -117,6 +133,9 @@ def einsum(subscripts: Any, *operands: ArrayLike, out: ArrayLike | None = None,
             if found is not None:
                 return found
     subs, ops = normalize_call(subscripts, operands)
+    if backend in _TORCH_CALLS and any(is_torch(x) for x in ops):
+        return _torch_calls()(subs, ops, out=out, optimize=optimize, memory_limit=memory_limit,
+                              dtype=dtype)
     if any(type(x).__module__.startswith("dask.") for x in ops):
         if out is not None:
             raise error_for(ErrorCode.UNSUPPORTED,
