@@ -45,10 +45,12 @@ def _equation(subscripts: str, operands: list[torch.Tensor]) -> Equation:
 @torch.library.custom_op("pytapp::einsum", mutates_args=())
 def _einsum(subscripts: str, operands: list[torch.Tensor], backend: str) -> torch.Tensor:
     if backend in TORCH_PROGRAM:
-        found: torch.Tensor = run(subscripts, operands)
+        # contiguous like the fake result, and never an input's memory (an operator's result
+        # may not alias its inputs)
+        found: torch.Tensor = run(subscripts, operands).contiguous()
         if any(found.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
                for t in operands):
-            found = found.clone()  # an operator's result may not alias its inputs
+            found = found.clone()
         return found
     arrays = [to_numpy(t, f"operand {i}") for i, t in enumerate(operands)]
     expr = cached_expression(subscripts, arrays, "auto", None, backend or None, None)
