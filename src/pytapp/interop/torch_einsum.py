@@ -19,14 +19,16 @@ Examples
 >>> einsum("ij,jk->ik", [a, b]).tolist()[0]
 [3.0, 3.0, 3.0, 3.0]
 >>> plan("bhqd,bhkd->bhqk", [torch.ones(1, 2, 3, 4), torch.ones(1, 2, 5, 4)]).calls()
-['b: permute(0, 1, 3, 2)', 'matmul']
+... # doctest: +NORMALIZE_WHITESPACE
+['a: reshape(2, 3, 4)', 'b: permute(0, 1, 3, 2)', 'b: reshape(2, 4, 5)', 'bmm',
+ 'reshape(1, 2, 3, 5)']
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
@@ -99,12 +101,6 @@ _NAMES: dict[Any, str] = {
 }
 
 
-def _apply(t: Any, calls: tuple[Call, ...]) -> Any:
-    for fn, args in calls:
-        t = fn(t, *args)
-    return t
-
-
 @dataclass(frozen=True)
 class TorchStep:
     """One pairwise step: the calls on each operand's view, the combination, the result's."""
@@ -122,24 +118,22 @@ class TorchProgram:
     """An einsum lowered to torch calls for one set of operand layouts (immutable).
 
     ``prepare`` holds each operand's calls (cast, broadcast axes dropped, diagonal taken);
-    ``steps`` the pairwise products, each appending its result to the list of slots.
+    ``steps`` the pairwise products, each appending its result to the list of slots. ``run``
+    makes these calls in order, as one generated Python function (nothing is interpreted
+    per call).
     """
 
     equation: str
     prepare: tuple[tuple[Call, ...], ...]
     steps: tuple[TorchStep, ...]
+    run: Callable[[Sequence[Any]], Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run", _compile(self.prepare, self.steps))
 
     def __call__(self, operands: Sequence[Any]) -> Any:
         """Run the program on tensors of the layouts it was planned for."""
-        slots = [_apply(t, calls) if calls else t
-                 for t, calls in zip(operands, self.prepare, strict=True)]
-        for st in self.steps:
-            x = _apply(slots[st.a], st.a_calls)
-            if st.b is not None and st.combine is not None:
-                fn, args = st.combine
-                x = fn(x, _apply(slots[st.b], st.b_calls), *args)
-            slots.append(_apply(x, st.out_calls))
-        return slots[-1]
+        return self.run(operands)
 
     def calls(self) -> list[str]:
         """Return the torch calls of the program, in order, as text (for reading plans)."""
@@ -160,6 +154,43 @@ class TorchProgram:
                 text += show(((st.combine[0], ()),), "")
             text += show(st.out_calls, "")
         return text
+
+
+def _compile(prepare: tuple[tuple[Call, ...], ...],
+             steps: tuple[TorchStep, ...]) -> Callable[[Sequence[Any]], Any]:
+    """Return a function making a program's calls in order, generated from its steps.
+
+    The generated text holds only slot and constant names; the callables and their
+    arguments are bound to those names, never written into the text.
+    """
+    names: dict[str, Any] = {}
+
+    def bind(value: Any) -> str:
+        name = f"k{len(names)}"
+        names[name] = value
+        return name
+
+    def line(target: str, sources: tuple[str, ...], call: Call) -> str:
+        fn, args = call
+        return f"    {target} = {bind(fn)}({', '.join((*sources, *map(bind, args)))})"
+
+    n = len(prepare)
+    lines = ["def run(ops):", f"    {''.join(f's{i}, ' for i in range(n))}= ops"]
+    for i, calls in enumerate(prepare):
+        lines += [line(f"s{i}", (f"s{i}",), c) for c in calls]
+    for k, st in enumerate(steps):
+        lines.append(f"    x = s{st.a}")
+        lines += [line("x", ("x",), c) for c in st.a_calls]
+        if st.b is not None and st.combine is not None:
+            lines.append(f"    y = s{st.b}")
+            lines += [line("y", ("y",), c) for c in st.b_calls]
+            lines.append(line("x", ("x", "y"), st.combine))
+        lines += [line("x", ("x",), c) for c in st.out_calls]
+        lines.append(f"    s{n + k} = x")
+    lines.append(f"    return s{n + len(steps) - 1}")
+    exec(compile("\n".join(lines), "<pytapp torch program>", "exec"), names)
+    found: Callable[[Sequence[Any]], Any] = names["run"]
+    return found
 
 
 def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
@@ -409,7 +440,7 @@ def plan(subscripts: str, operands: Sequence[Any], *, optimize: Any = "auto",
     --------
     >>> import torch
     >>> plan("ij,jk->ki", [torch.ones(2, 3), torch.ones(3, 4)]).calls()
-    ['a: permute(1, 0)', 'b: permute(1, 0)', 'matmul (swapped)']
+    ['a: permute(1, 0)', 'b: permute(1, 0)', 'mm (swapped)']
     """
     return _find(subscripts, operands, optimize, memory_limit, dtype)[0]
 
