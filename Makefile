@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) -m pytapp bench --suite networks --json docs/networks.json --plot docs/networks.png --markdown docs/networks.md
 	$(PY) -m pytapp bench --suite dask --json docs/dask.json --plot docs/dask.png --markdown docs/dask.md
 	$(PY) -m pytapp bench --suite targets --json docs/targets.json --plot docs/targets.png --markdown docs/targets.md
+	$(PY) -m pytapp bench --suite torch --json docs/torch.json --plot docs/torch.png --markdown docs/torch.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
