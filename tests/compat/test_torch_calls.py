@@ -172,6 +172,8 @@ def test_explicit_paths_are_cached_and_optimizer_objects_are_not() -> None:
     first = torch_einsum.plan("ij,jk,kl->il", ops, optimize=path)
     assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=list(path)) is first
     assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=["einsum_path", *path]) is not None
+    greedy = torch_einsum.plan("ij,jk,kl->il", ops, optimize=("greedy", 10**6))  # NumPy's form
+    assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=("greedy", 10**6)) is greedy
     calls = []
 
     def optimizer(inputs: Any, output: Any, sizes: Any, limit: Any) -> list[tuple[int, int]]:

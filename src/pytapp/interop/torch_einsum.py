@@ -4,11 +4,11 @@ A call is planned once for its equation, options and the operands' shapes, strid
 and devices: the contraction path and pairwise steps of :class:`~pytapp.network.Network`,
 each step lowered by the TTGT layout shared with the TAPP backends
 (:func:`~pytapp.analysis.ttgt.gemm_layout`) to a few torch calls on views (``permute``,
-``reshape``, ``matmul``, ``mul``, ``sum``). The result is a :class:`TorchProgram`, kept in a
+``reshape``, ``mm``/``bmm``/``mv``/``dot``, ``mul``, ``sum``). The result is a :class:`TorchProgram`, kept in a
 bounded cache; a repeated call costs one dictionary lookup and those torch calls. Nothing goes
 through NumPy, so CPU and CUDA tensors both stay where they are, torch's own thread pool is
 the only one at work, and autograd differentiates the program like any torch code (its
-backward is that of ``matmul`` on views, as for ``torch.einsum``). Under ``torch.compile``
+backward is that of ``mm``/``bmm`` on views, as for ``torch.einsum``). Under ``torch.compile``
 the call becomes the ``pytapp::einsum`` operator (:mod:`pytapp.interop.torch_op`), whose
 forward and backward run these programs.
 
@@ -397,7 +397,7 @@ def _key(subscripts: Any, operands: Sequence[Any], optimize: Any, memory_limit: 
     if optimize.__class__ not in _PLAIN:
         if not isinstance(optimize, (list, tuple)):
             return None  # an optimizer object may be stateful: never cached by identity
-        optimize = tuple(s if isinstance(s, str) else tuple(s) for s in optimize)
+        optimize = tuple(tuple(s) if isinstance(s, (list, tuple)) else s for s in optimize)
     key: list[Any] = [subscripts, optimize, memory_limit, dtype]
     for t in operands:
         key += (t.shape, t.stride(), t.dtype, t.device)
