@@ -439,11 +439,33 @@ def _cmd_bench_cc(args: argparse.Namespace) -> int:
     return 1 if any(e > 1e-10 for e in result.errors.values()) else 0
 
 
+def _cmd_bench_torch(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from pytapp.bench import targets, torch_suite
+
+    cases = torch_suite.torch_cases()
+    if args.case:
+        cases = [c for c in cases if any(k in c.name for k in args.case)]
+    callback, bar = _progress_printer()
+    with bar:
+        steps = iter(range(len(cases)))
+        rows = torch_suite.torch_rows(rounds=args.repeats, cases=cases,
+                                      progress=lambda what: callback(what, next(steps),
+                                                                     len(cases)))
+    print(torch_suite.torch_table(rows))
+    data = {"suite": "torch", "rows": [asdict(r) | {"ratio": r.ratio, "met": r.met}
+                                       for r in rows]}
+    return _write_reports(args, rows, data, targets.targets_plot, torch_suite.torch_markdown)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from pytapp.bench import report
 
     if args.suite == "cc":
         return _cmd_bench_cc(args)
+    if args.suite == "torch":
+        return _cmd_bench_torch(args)
     if args.suite == "targets":
         return _cmd_bench_targets(args)
     if args.suite == "networks":
@@ -685,7 +707,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "backend against each backend forced, numpy.einsum and pytblis; "
                         "--repeats rounds), or "
                         "targets (per-call overhead, GEMM-shaped products against the flat "
-                        "matmul, permutations, cold start)")
+                        "matmul, permutations, cold start), or torch (pytapp.einsum "
+                        "against torch.einsum on torch tensors, forward and backward)")
     p.add_argument("--backend", nargs="+", default=["auto", "blas"],
                    help="pytapp backends to time (default: auto blas)")
     p.add_argument("--library", help="also time a C library exporting the TAPP C API")

@@ -53,6 +53,18 @@ _thin: dict[Any, EinsumExpression] = {}
 #: Raw arguments with the operands' layouts -> the network as compiled programs.
 _chains: dict[Any, Any] = {}
 _thin_lock = threading.Lock()
+#: Backends under which torch tensors run as torch calls (pytapp.interop.torch_einsum).
+_TORCH_CALLS = (None, "auto", "torch")
+_torch_einsum: Any = None
+
+
+def _torch_calls() -> Any:
+    global _torch_einsum
+    if _torch_einsum is None:
+        from pytapp.interop.torch_einsum import einsum as found
+
+        _torch_einsum = found
+    return _torch_einsum
 
 
 def _needs_torch_op(operands: Sequence[Any]) -> bool:
@@ -141,6 +153,10 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     >>> int(einsum("i,i->", np.arange(4), np.arange(4)))  # integers: numpy.einsum, exact
     14
     """
+    if (len(operands) > 1 and type(operands[0]) is str and is_torch(operands[1])
+            and backend in _TORCH_CALLS):
+        return _torch_calls()(operands[0], operands[1:], out=out, optimize=optimize,
+                              memory_limit=memory_limit, dtype=dtype)
     thin_key: tuple[Any, ...] | None = None
     layout_key: tuple[Any, ...] | None = None
     if (out is None and order == "K" and casting == "safe" and operands
@@ -171,6 +187,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     layout, casting, want = _options(order, casting, dtype)
     if any(_is_foreign(x) for x in ops):
         return _numpy_einsum(subs, ops, out, optimize, want, layout, casting)
+    if backend in _TORCH_CALLS and any(is_torch(x) for x in ops):
+        return _torch_calls()(subs, ops, out=out, optimize=optimize, memory_limit=memory_limit,
+                              dtype=dtype)
     if any(type(x).__module__.startswith("dask.") for x in ops):
         if out is not None:
             raise error_for(ErrorCode.UNSUPPORTED,

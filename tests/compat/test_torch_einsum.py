@@ -1,5 +1,5 @@
-"""torch tensors through pytapp.einsum: torch in, torch out (shared memory), autograd through
-the pytapp::einsum operator (gradcheck in F64 and C128) and torch.compile(fullgraph=True)."""
+"""torch tensors through pytapp.einsum: torch in, torch out, autograd (gradcheck in F64 and
+C128) and torch.compile(fullgraph=True) through the pytapp::einsum operator."""
 
 from __future__ import annotations
 
@@ -35,15 +35,14 @@ def test_torch_in_torch_out(case: Case, dtype: str, check: Callable[..., None]) 
     check(got.to(torch.complex128).numpy(), equation, wide, bound)
 
 
-def test_results_share_memory_with_numpy_results() -> None:
+def test_out_and_view_results() -> None:
     a = torch.ones(3, 4)
     out = torch.zeros(3)
     assert pytapp.einsum("ij->i", a, out=out) is out
     assert out.tolist() == [4.0, 4.0, 4.0]
     got = pytapp.einsum("ij->ji", a)
-    arr = got.numpy()  # the tensor is a view of pytapp's result array, no copy
-    arr[0, 0] = 7.0
-    assert got[0, 0].item() == 7.0
+    a[0, 1] = 7.0  # a transpose is a view of its operand, as with torch.einsum and numpy.einsum
+    assert got[1, 0].item() == 7.0
 
 
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])

@@ -1,6 +1,10 @@
 """``pytapp::einsum`` as a torch custom operator, with autograd and ``torch.compile`` support.
 
-The forward pass runs the einsum's TAPP network on the tensors' memory. The backward pass of
+``pytapp.einsum`` on torch tensors runs torch calls (:mod:`pytapp.interop.torch_einsum`),
+which autograd differentiates as they are; this operator is what ``torch.compile`` sees of
+such a call, and what runs when a TAPP backend other than torch's is named for tensors that
+require grad. The forward pass runs the einsum's torch program (with a named TAPP backend: its
+TAPP network on the tensors' memory). The backward pass of
 operand ``i`` is itself an einsum (the output gradient with the conjugated other operands),
 then broadcast over labels only ``i`` has, embedded in the diagonal of repeated labels and
 reshaped over size-1 broadcast dimensions. A fake implementation gives shapes and dtypes to
@@ -22,18 +26,16 @@ from typing import Any
 import torch
 
 from pytapp.analysis.subscripts import Equation, parse_subscripts
-from pytapp.datatypes import Datatype, datatype_of_data, promote
+from pytapp.datatypes import datatype_of_data, promote
 from pytapp.errors import ErrorCode, error_for
 from pytapp.expression import cached_expression, to_numpy
+from pytapp.interop.torch_einsum import run, torch_dtype
 from pytapp.network import prepare_labels, result_shape
 
 __all__ = ["einsum_op", "torch_dtype"]
 
-
-def torch_dtype(dt: Datatype) -> torch.dtype:
-    """Return the torch dtype of a TAPP datatype."""
-    found: torch.dtype = getattr(torch, dt.numpy_dtype.name)
-    return found
+#: Backend names whose forward pass is the torch program ("": none named).
+TORCH_PROGRAM = ("", "auto", "torch")
 
 
 def _equation(subscripts: str, operands: list[torch.Tensor]) -> Equation:
@@ -42,6 +44,14 @@ def _equation(subscripts: str, operands: list[torch.Tensor]) -> Equation:
 
 @torch.library.custom_op("pytapp::einsum", mutates_args=())
 def _einsum(subscripts: str, operands: list[torch.Tensor], backend: str) -> torch.Tensor:
+    if backend in TORCH_PROGRAM:
+        # contiguous like the fake result, and never an input's memory (an operator's result
+        # may not alias its inputs)
+        found: torch.Tensor = run(subscripts, operands).contiguous()
+        if any(found.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+               for t in operands):
+            found = found.clone()
+        return found
     arrays = [to_numpy(t, f"operand {i}") for i, t in enumerate(operands)]
     expr = cached_expression(subscripts, arrays, "auto", None, backend or None, None)
     result = expr(*operands)

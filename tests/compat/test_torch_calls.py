@@ -1,0 +1,291 @@
+"""Torch tensors run as torch calls on views (pytapp.interop.torch_einsum): no NumPy round
+trip, no TAPP network, native autograd, one cached program per layout. Oracle: numpy.einsum in
+float64/complex128 on the same values; gradients: torch.autograd of torch.einsum."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from einsum_cases import NUMPY_BROADCAST, NUMPY_SUMS, NUMPY_VIEWS, OPT_EINSUM, TORCH, Case
+
+import pytapp
+
+torch = pytest.importorskip("torch")
+from pytapp.interop import torch_einsum  # noqa: E402  (needs torch)
+
+CASES = [c for c in TORCH + NUMPY_BROADCAST + NUMPY_VIEWS + OPT_EINSUM + NUMPY_SUMS[::3]
+         if c[1][0] is not None]  # a tensor first: the torch path (scalars first: below)
+#: Cases torch.einsum itself computes (no Python scalars, no size-1 broadcasting).
+TORCH_ORACLE = [c for c in TORCH + OPT_EINSUM if all(s is not None for s in c[1])
+                and c[0] not in ("...,...", "ij,ij->")]
+#: Those with something to differentiate (empty operands: the values tests).
+GRAD_ORACLE = [c for c in TORCH_ORACLE if all(0 not in s for s in c[1] if s is not None)]
+
+
+def operands(shapes: list[tuple[int, ...] | None], dtype: Any, seed: int = 0) -> list[Any]:
+    gen = torch.Generator().manual_seed(seed)
+    ops: list[Any] = []
+    for s in shapes:
+        if s is None:
+            ops.append(0.5)
+            continue
+        t = torch.rand(s, dtype=dtype, generator=gen) * 2 - 1
+        ops.append(t)
+    return ops
+
+
+def relayout(t: Any, how: str) -> Any:
+    """The same values in another memory layout: modes reversed in memory, or strided."""
+    if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        return t
+    if how == "reversed":
+        return t.permute(*reversed(range(t.dim()))).contiguous().permute(
+            *reversed(range(t.dim())))
+    if how == "strided":
+        big = torch.zeros([2 * n for n in t.shape], dtype=t.dtype)
+        view = big[tuple(slice(None, None, 2) for _ in t.shape)]
+        view.copy_(t)
+        return view
+    return t
+
+
+def wide(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        x = x.resolve_conj().resolve_neg()
+        return x.to(torch.complex128 if x.is_complex() else torch.float64).numpy()
+    return x
+
+
+def assert_close(got: Any, equation: str, ops: list[Any], bound: float) -> None:
+    args = [wide(x) for x in ops]
+    want = np.einsum(equation, *args)
+    scale = np.einsum(equation, *[np.abs(x) for x in args])
+    err = np.abs(np.asarray(wide(got)) - want)
+    assert np.all(err <= bound * np.maximum(scale, 1e-300)), (equation, float(err.max()))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "reversed", "strided"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_values_match_numpy_in_every_layout(case: Case, layout: str) -> None:
+    equation, shapes = case
+    ops = [relayout(t, layout) for t in operands(shapes, torch.float64)]
+    got = pytapp.einsum(equation, *ops)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+    assert_close(got, equation, ops, 1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex64", "complex128", "float16", "bfloat16"])
+def test_datatypes(dtype: str) -> None:
+    bound = {"float32": 2e-5, "complex64": 2e-5, "complex128": 1e-12, "float16": 2e-2,
+             "bfloat16": 8e-2}[dtype]
+    for equation, shapes in TORCH_ORACLE:
+        ops = operands(shapes, getattr(torch, dtype))
+        got = pytapp.einsum(equation, *ops)
+        assert got.dtype == getattr(torch, dtype)
+        assert_close(got, equation, ops, bound)
+
+
+def test_conjugate_and_negative_views() -> None:
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(3, 4, dtype=torch.complex128, generator=gen)
+    b = torch.randn(4, 5, dtype=torch.complex128, generator=gen)
+    for x, y in [(a.conj(), b), (a, b.conj().mT.mT), (a.conj().imag, b.real)]:
+        assert_close(pytapp.einsum("ij,jk->ik", x, y), "ij,jk->ik", [x, y], 1e-12)
+
+
+def test_no_numpy_round_trip_and_no_tapp_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the torch path left torch")
+
+    monkeypatch.setattr(torch.Tensor, "numpy", refuse)
+    monkeypatch.setattr(torch.Tensor, "__array__", refuse)
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", refuse)
+    monkeypatch.setattr(pytapp.network.Network, "run", refuse)
+    a = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.rand(2, 4, 5, dtype=torch.float64)
+    got = pytapp.einsum("ij,bjk->bik", a, b)
+    got.sum().backward()
+    monkeypatch.undo()
+    assert_close(got.detach(), "ij,bjk->bik", [a.detach(), b], 1e-12)
+    np.testing.assert_allclose(a.grad.numpy(), b.sum((0, 2)).numpy()[None, :].repeat(3, 0))
+
+
+def test_autograd_differentiates_the_torch_calls_not_the_operator() -> None:
+    a = torch.rand(3, 4, requires_grad=True)
+    got = pytapp.einsum("ij,jk->ik", a, torch.rand(4, 5))
+    assert got.grad_fn is not None and "pytapp" not in got.grad_fn.name()
+    assert "Mm" in got.grad_fn.name()
+
+
+@pytest.mark.parametrize("case", GRAD_ORACLE, ids=[c[0] for c in GRAD_ORACLE])
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_gradients_equal_torch_einsum_gradients(case: Case, dtype: str) -> None:
+    equation, shapes = case
+    ops = operands(shapes, getattr(torch, dtype), seed=3)
+    leaves = [t.clone().requires_grad_(True) for t in ops]
+    refs = [t.clone().requires_grad_(True) for t in ops]
+    got = pytapp.einsum(equation, *leaves)
+    want = torch.einsum(equation, *refs)
+    torch.testing.assert_close(got, want)
+    grad = torch.rand(want.shape, dtype=want.dtype, generator=torch.Generator().manual_seed(4))
+    mine = torch.autograd.grad(got, leaves, grad)
+    theirs = torch.autograd.grad(want, refs, grad)
+    for m, t in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(m, t)
+
+
+def test_second_derivatives() -> None:
+    a = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x, y: pytapp.einsum("ij,jk->ik", x, y), (a, b))
+
+
+def test_one_program_per_layout() -> None:
+    torch_einsum.clear_cache()
+    a, b = torch.rand(3, 4), torch.rand(4, 5)
+    first = torch_einsum.plan("ij,jk->ik", [a, b])
+    assert torch_einsum.plan("ij,jk->ik", [torch.rand(3, 4), torch.rand(4, 5)]) is first
+    transposed = torch.rand(4, 3).mT
+    other = torch_einsum.plan("ij,jk->ik", [transposed, b])
+    assert other is not first
+    assert first.calls() == ["mm"]
+    got = pytapp.einsum("ij,jk->ik", transposed, b)
+    assert_close(got, "ij,jk->ik", [transposed, b], 2e-5)
+    torch_einsum.clear_cache()
+    assert torch_einsum.plan("ij,jk->ik", [a, b]) is not first
+
+
+def test_attention_is_one_batched_product_on_views() -> None:
+    q, k = torch.rand(2, 3, 4, 5), torch.rand(2, 3, 6, 5)
+    calls = torch_einsum.plan("bhqd,bhkd->bhqk", [q, k]).calls()
+    assert [c for c in calls if not c.startswith(("a: ", "b: ", "reshape"))] == ["bmm"]
+    assert_close(pytapp.einsum("bhqd,bhkd->bhqk", q, k), "bhqd,bhkd->bhqk", [q, k], 2e-5)
+
+
+def test_explicit_paths_are_cached_and_optimizer_objects_are_not() -> None:
+    ops = [torch.rand(2, 3), torch.rand(3, 4), torch.rand(4, 5)]
+    path = [(1, 2), (0, 1)]
+    first = torch_einsum.plan("ij,jk,kl->il", ops, optimize=path)
+    assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=list(path)) is first
+    assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=["einsum_path", *path]) is not None
+    greedy = torch_einsum.plan("ij,jk,kl->il", ops, optimize=("greedy", 10**6))  # NumPy's form
+    assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=("greedy", 10**6)) is greedy
+    calls = []
+
+    def optimizer(inputs: Any, output: Any, sizes: Any, limit: Any) -> list[tuple[int, int]]:
+        calls.append(1)
+        return [(0, 1), (0, 1)]
+
+    for _ in range(2):
+        got = pytapp.einsum("ij,jk,kl->il", *ops, optimize=optimizer)
+    assert len(calls) == 2
+    assert_close(got, "ij,jk,kl->il", ops, 2e-5)
+
+
+def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch_einsum.clear_cache()
+    monkeypatch.setattr(torch_einsum, "PROGRAM_CACHE_SIZE", 3)
+    for n in range(1, 8):
+        a = torch.rand(n, 2)
+        assert_close(pytapp.einsum("ij->j", a), "ij->j", [a], 2e-5)
+    assert len(torch_einsum._programs) == 3
+
+
+def test_threads_share_programs() -> None:
+    shapes = [((n, 4), (4, n + 1)) for n in range(1, 6)]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(40):
+                sa, sb = shapes[(seed + i) % len(shapes)]
+                a, b = torch.rand(sa, dtype=torch.float64), torch.rand(sb, dtype=torch.float64)
+                assert_close(pytapp.einsum("ij,jk->ki", a, b), "ij,jk->ki", [a, b], 1e-12)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_torch_thread_count_is_left_alone() -> None:
+    before = torch.get_num_threads()
+    pytapp.einsum("ij,jk->ik", torch.rand(64, 64), torch.rand(64, 64))
+    assert torch.get_num_threads() == before
+
+
+def test_scalars_dtype_and_sublists() -> None:
+    a = torch.rand(3, dtype=torch.float32)
+    b = torch.rand(3, dtype=torch.float32)
+    for _ in range(2):  # planned, then found in the cache
+        got = pytapp.einsum("i,,i->", a, 2, b)
+        assert got.dtype == torch.float64  # NumPy's promotion: an int with float32
+        assert_close(got, "i,,i->", [a, 2.0, b], 1e-6)
+    got = pytapp.einsum("i,i->i", a, b, dtype="float64")
+    assert got.dtype == torch.float64
+    assert_close(got, "i,i->i", [a, b], 1e-12)
+    m = torch.rand(3, 4, dtype=torch.float64)
+    got = pytapp.einsum(m, [0, 1], m, [2, 1], [0, 2])
+    assert_close(got, "ij,kj->ik", [m, m], 1e-12)
+
+
+def test_out() -> None:
+    a = torch.rand(3, 4, dtype=torch.float64)
+    b = torch.rand(4, 5, dtype=torch.float64)
+    out = torch.empty(3, 5, dtype=torch.float32)
+    assert pytapp.einsum("ij,jk->ik", a, b, out=out) is out
+    assert_close(out, "ij,jk->ik", [a, b], 2e-6)
+    square = torch.rand(4, 4, dtype=torch.float64)
+    expected = square.mT.clone()
+    pytapp.einsum("ij->ji", square, out=square)  # the result is a view of out
+    assert torch.equal(square, expected)
+    with pytest.raises(pytapp.OperandMismatchError) as err:
+        pytapp.einsum("ij,jk->ik", a, b, out=torch.empty(5, 3, dtype=torch.float64))
+    assert err.value.code == 20
+    with pytest.raises(pytapp.OperandMismatchError):
+        pytapp.einsum("ij,jk->ik", a.to(torch.complex128), b, out=torch.empty(3, 5))
+
+
+@pytest.mark.parametrize(("call", "code"), [
+    (lambda: pytapp.einsum("ij,jk->ik", torch.ones(2, 3, dtype=torch.int64),
+                           torch.ones(3, 2, dtype=torch.int64)), 20),
+    (lambda: pytapp.einsum("ij,jk->ik", torch.ones(2, 3), torch.ones(3, 2, device="meta")), 20),
+    (lambda: pytapp.einsum("ij,jk->ik", torch.ones(2, 3), torch.ones(4, 2)), 1),
+    (lambda: pytapp.einsum("ij,jk->iq", torch.ones(2, 3), torch.ones(3, 2)), 4),
+    (lambda: pytapp.einsum("ij,jk->ik->", torch.ones(2, 3), torch.ones(3, 2)), 13),
+])
+def test_errors_carry_tapp_codes(call: Callable[[], Any], code: int) -> None:
+    with pytest.raises(pytapp.TappError) as err:
+        call()
+    assert err.value.code == code
+
+
+def test_a_named_tapp_backend_still_runs_tapp_products() -> None:
+    a = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.rand(4, 5, dtype=torch.float64)
+    got = pytapp.einsum("ij,jk->ik", a, b, backend="blas")
+    assert "pytapp" in got.grad_fn.name()  # the operator, forward on the TAPP network
+    assert_close(got.detach(), "ij,jk->ik", [a.detach(), b], 1e-12)
+
+
+def test_torch_compile_of_a_view_result() -> None:
+    compiled = torch.compile(lambda x: pytapp.einsum("ij->ji", x) * 2, fullgraph=True)
+    x = torch.rand(3, 4, dtype=torch.float64)
+    torch.testing.assert_close(compiled(x), x.mT * 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_stay_on_the_device() -> None:
+    for equation, shapes in TORCH_ORACLE:
+        ops = [t.cuda() for t in operands(shapes, torch.float64)]
+        got = pytapp.einsum(equation, *ops)
+        assert got.is_cuda
+        assert_close(got.cpu(), equation, [t.cpu() for t in ops], 1e-12)
