@@ -239,6 +239,13 @@ def contract(
             hit = fast_key = None
         if hit is not None:
             entry, d_shape, d_dtype = hit
+            # A compiled program holds no state a cache could destroy: it needs no lease.
+            program = entry.plan.compiled_program
+            if program is not None:
+                written = np.zeros(d_shape, dtype=d_dtype) if out is None else out
+                if program(alpha, a, b, (0 if c is None else 1) if beta is None else beta, c,
+                           written) is not NotImplemented:
+                    return written
             cache = entry.cache
             if cache.lease(entry):  # not dropped since: nothing destroys it under this call
                 try:
