@@ -126,9 +126,9 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
         The least total of each contender over ``rounds``, its per-term times in that round,
         and its largest relative error against numpy.einsum.
     """
-    from pytapp.bench.harness import _thread_scope
+    from pytapp.bench.harness import thread_limits
 
-    with _thread_scope(threads):
+    with thread_limits(threads):
         return _run(size, rounds, iterations, contenders, progress)
 
 
