@@ -297,8 +297,8 @@ def _is_foreign(x: Any) -> bool:
     """
     if isinstance(x, (np.ndarray, np.generic, int, float, complex, list, tuple)) or is_torch(x):
         return False
-    if type(x).__module__.startswith("dask."):
-        return False
+    if type(x).__module__.startswith("dask.") or hasattr(x, "__cuda_array_interface__"):
+        return False  # dask runs here; device arrays are refused (error 20), never copied
     if hasattr(x, "__array_function__"):
         return True
     readable = any(hasattr(x, name) for name in (

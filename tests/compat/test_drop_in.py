@@ -239,3 +239,25 @@ def test_random_broadcasting_einsums_match_numpy(data: st.DataObject, dtype: str
                                    atol=1e-5)
     else:
         np.testing.assert_array_equal(got, np.einsum(eq, *ops))
+
+
+class OnDevice:
+    """A device array as CuPy's: it dispatches numpy's functions but refuses host copies."""
+
+    def __init__(self) -> None:
+        self.__cuda_array_interface__ = {"shape": (2,), "typestr": "<f8", "data": (0, False),
+                                         "version": 3}
+        self.dtype = np.dtype(np.float64)
+        self.shape = (2,)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError("implicit conversion to a host NumPy array is not allowed")
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        raise AssertionError("a device array must not be dispatched")
+
+
+def test_device_arrays_stay_refused() -> None:
+    with pytest.raises(pytapp.TappError) as err:
+        pytapp.einsum("i->", OnDevice())
+    assert err.value.code == 20
