@@ -261,3 +261,12 @@ def test_device_arrays_stay_refused() -> None:
     with pytest.raises(pytapp.TappError) as err:
         pytapp.einsum("i->", OnDevice())
     assert err.value.code == 20
+
+
+def test_torch_tensors_of_dtypes_tapp_lacks() -> None:
+    torch = pytest.importorskip("torch")
+    a = torch.arange(6).reshape(2, 3)
+    got = pytapp.einsum("ij,ij->", a, a)
+    assert isinstance(got, torch.Tensor) and got.item() == 55
+    view = pytapp.einsum("ij->ji", torch.ones(2, 3, dtype=torch.float64))
+    assert isinstance(view, torch.Tensor) and tuple(view.shape) == (3, 2)
