@@ -103,6 +103,7 @@ def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, i
     sizes: dict[str, int] = {}
     where: dict[str, int] = {}
     for index, (term, shape) in enumerate(zip(equation.inputs, shapes, strict=True)):
+        _check_diagonal(term, shape, index)
         for label, extent in zip(term, shape, strict=True):
             known = sizes.get(label)
             if known is None or known == 1:
@@ -116,6 +117,23 @@ def _sizes(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> dict[str, i
                     "to broadcast)",
                 )
     return sizes
+
+
+def _check_diagonal(term: str, shape: tuple[int, ...], index: int) -> None:
+    """Raise error 9 when a label repeated in one operand has modes of different extents.
+
+    A repeated label takes a diagonal, which has no size-1 broadcasting (as in NumPy).
+    """
+    first: dict[str, int] = {}
+    for label, extent in zip(term, shape, strict=True):
+        known = first.setdefault(label, extent)
+        if extent != known:
+            raise error_for(
+                ErrorCode.REPEATED_EXTENT_A,
+                f"label {_show(label)} repeats in operand {index} with extents {known} and "
+                f"{extent}; the modes of a label repeated in one operand (a diagonal) must "
+                "have equal extents",
+            )
 
 
 def result_shape(equation: Equation, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:

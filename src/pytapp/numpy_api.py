@@ -222,7 +222,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
         numpy_einsum: Any = np.einsum  # its overloads do not cover run-time options
         result = numpy_einsum(_ascii(equation), *arrays, out=target, dtype=want, order=layout,
                               casting=casting, optimize=_numpy_optimize(optimize, len(arrays)))
-        return out if out is not None else to_library(result, like)
+        if out is not None:
+            return out
+        return result if like is None else to_library(np.asarray(result), like)
     final = tapp
     if tapp in (Datatype.F16, Datatype.BF16) and _lacks(backend_name_of(backend), tapp):
         # the backend has no 16-bit product (tblis): compute in float32, where numpy.einsum
@@ -336,8 +338,8 @@ def _is_foreign(x: Any) -> bool:
     """
     if isinstance(x, (np.ndarray, np.generic, int, float, complex, list, tuple)) or is_torch(x):
         return False
-    if type(x).__module__.startswith("dask."):
-        return False
+    if type(x).__module__.startswith("dask.") or hasattr(x, "__cuda_array_interface__"):
+        return False  # dask runs here; device arrays are refused (error 20), never copied
     if hasattr(x, "__array_function__"):
         return True
     readable = any(hasattr(x, name) for name in (

@@ -224,7 +224,12 @@ def _sublist_label(item: Any, where: str) -> str:
         raise error_for(ErrorCode.NEGATIVE_NMODES,
                         f"{where} holds {item!r}; sublists hold integers 0-51 or Ellipsis",
                         also=TypeError)
-    k = int(item)
+    try:
+        k = int(item)
+    except (TypeError, ValueError) as exc:  # an array of several elements, say
+        raise error_for(ErrorCode.NEGATIVE_NMODES,
+                        f"{where} holds {item!r}; sublists hold integers 0-51 or Ellipsis",
+                        also=TypeError) from exc
     if not 0 <= k < 52:
         raise error_for(ErrorCode.NEGATIVE_NMODES,
                         f"{where} holds {k}; sublist labels are integers from 0 to 51")
