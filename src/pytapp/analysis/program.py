@@ -252,10 +252,15 @@ def _gemm_sized(spec: ContractionSpec) -> bool:
 def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmStep, PackStep]:
     """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards."""
     cls = spec.classes
-    d_strides = dict(zip(spec.d.modes.labels, spec.d.modes.strides, strict=True))
-    h, fa, fb, p = (sorted(g, key=lambda x: -abs(d_strides.get(x, 0))) for g in
-                    (cls.H, cls.FA, cls.FB, cls.P))
     ext = spec.extent
+
+    def by(op: OperandSpec, group: Sequence[Label]) -> list[Label]:
+        """``group`` in ``op``'s memory order (outermost first): packing may then be a no-op."""
+        strides = dict(zip(op.modes.labels, op.modes.strides, strict=True))
+        return sorted(group, key=lambda x: -abs(strides.get(x, 0)))
+
+    larger = spec.a if spec.a.size >= spec.b.size else spec.b
+    h, fa, fb, p = by(larger, cls.H), by(spec.a, cls.FA), by(spec.b, cls.FB), by(larger, cls.P)
     hh, m, n, k = (prod(ext(x) for x in g) for g in (h, fa, fb, p))
     nest_a, pack_a = _nest(spec.a, [*h, *fa, *p], cls.IA, spec, item)
     nest_b, pack_b = _nest(spec.b, [*h, *p, *fb], cls.IB, spec, item)
