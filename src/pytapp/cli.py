@@ -447,6 +447,9 @@ def _cmd_bench_torch(args: argparse.Namespace) -> int:
     cases = torch_suite.torch_cases()
     if args.case:
         cases = [c for c in cases if any(k in c.name for k in args.case)]
+    if not cases:
+        print(f"no torch case matches {args.case}", file=sys.stderr)
+        return 2
     callback, bar = _progress_printer()
     with bar:
         steps = iter(range(len(cases)))

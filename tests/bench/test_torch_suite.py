@@ -50,3 +50,4 @@ def test_cli_suite(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["suite"] == "torch"
     assert [r["name"] for r in data["rows"]] == ["matmul 8 forward", "matmul 8 forward+backward"]
+    assert main(["bench", "--suite", "torch", "--case", "no-such-case"]) == 2

@@ -4,8 +4,9 @@ A call is planned once for its equation, options and the operands' shapes, strid
 and devices: the contraction path and pairwise steps of :class:`~pytapp.network.Network`,
 each step lowered by the TTGT layout shared with the TAPP backends
 (:func:`~pytapp.analysis.ttgt.gemm_layout`) to a few torch calls on views (``permute``,
-``reshape``, ``mm``/``bmm``/``mv``/``dot``, ``mul``, ``sum``). The result is a :class:`TorchProgram`, kept in a
-bounded cache; a repeated call costs one dictionary lookup and those torch calls. Nothing goes
+``reshape``, ``mm``/``bmm``/``mv``/``dot``, ``mul``, ``sum``). The result is a
+:class:`TorchProgram`, kept in a bounded cache; a repeated call costs one dictionary lookup
+and those torch calls. Nothing goes
 through NumPy, so CPU and CUDA tensors both stay where they are, torch's own thread pool is
 the only one at work, and autograd differentiates the program like any torch code (its
 backward is that of ``mm``/``bmm`` on views, as for ``torch.einsum``). Under ``torch.compile``
