@@ -1,10 +1,13 @@
 """``pytapp.einsum``: numpy.einsum's language over TAPP products, in any array library.
 
 Every call becomes a network of pairwise TAPP products along a contraction path (opt_einsum,
-cotengra, or yours), compiled once per equation and shapes and reused. One-operand einsums
-(transposes, traces, diagonals, sums) are TAPP products with a scalar one. Torch tensors come
-back as torch tensors; tensors that require grad go through the ``pytapp::einsum`` operator,
-which autograd and ``torch.compile`` understand.
+cotengra, or yours), compiled once per equation and shapes and reused; a repeated call on NumPy
+arrays of the same layouts runs the network's compiled chain in one C call. One-operand einsums
+(transposes, traces, diagonals, sums) are TAPP products with a scalar one, or NumPy's view when
+they only relabel. Dtypes TAPP lacks (integers, bool, long double, object) and foreign arrays
+run through numpy.einsum. Torch tensors (with the default, ``auto`` or ``torch`` backend) run
+as torch calls on views along the same path (:mod:`pytapp.interop.torch_einsum`), which
+autograd differentiates; ``torch.compile`` sees the ``pytapp::einsum`` operator.
 
 Examples
 --------
