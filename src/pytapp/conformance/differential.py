@@ -101,9 +101,11 @@ def compare(number: int, seed: int, ra: dict[str, Any], rb: dict[str, Any], dir_
     def result(verdict: str, why: str) -> Comparison:
         return Comparison(number, seed, verdict, why, ra, rb)
 
+    broken = [f"{side} {r['outcome']}" for side, r in (("A", ra), ("B", rb))
+              if r.get("outcome") in ("crashed", "hung")]
+    if broken:  # a crash or a hang is a defect even when both sides have it
+        return result(DISAGREE, " and ".join(broken))
     for side, r in (("A", ra), ("B", rb)):
-        if r.get("outcome") in ("crashed", "hung"):
-            return result(DISAGREE, f"{side} {r['outcome']}")
         if r.get("outcome") == "error" and r.get("d_changed"):
             return result(DISAGREE, f"{side} failed but changed D")
     sa, sb = ra.get("outcome"), rb.get("outcome")

@@ -58,10 +58,26 @@ def exportable(inst: Instance) -> str:
     if inst.batched:
         return "batched products are not in format version 1"
     item = inst.items[0]
-    parents = [id(x.parent) for x in item.roles().values() if x is not None]
-    if len(set(parents)) != len(parents):
+    present = [(r, x) for r, x in item.roles().items() if x is not None]
+    if len({id(x.parent) for _, x in present}) != len(present):
         return "operands share an allocation (not in format version 1)"
+    for role, x in present:
+        if not _inside(x):
+            return f"{role}'s layout reaches outside its allocation (a reader could not map it)"
     return ""
+
+
+def _inside(data: OperandData) -> bool:
+    """Whether every element the view addresses lies inside its parent allocation."""
+    view = np.asarray(data.view)
+    if view.size == 0:
+        return True
+    item = view.itemsize
+    low = high = data.offset_bytes
+    for extent, stride in zip(view.shape, view.strides, strict=True):
+        reach = (extent - 1) * stride
+        low, high = low + min(reach, 0), high + max(reach, 0)
+    return low >= 0 and high + item <= data.parent.nbytes
 
 
 def _scalar(value: complex | float) -> list[float]:
