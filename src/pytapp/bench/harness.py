@@ -182,8 +182,9 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
                 seed: int = 0) -> dict[str, list[float]]:
     """Time ``calls`` in interleaved rounds; return each one's seconds per call, per round.
 
-    Every call is warmed up once and calibrated: a sample repeats it as often as fits in
-    ``sample_seconds`` (once when a single call takes longer). Each round then times one
+    Every call is warmed up once and calibrated (its repeats doubled until they last half of
+    ``sample_seconds``): a sample repeats it as often as fits in ``sample_seconds`` (once when
+    a single call takes longer). Each round then times one
     sample of every call, in an order shuffled anew (seeded by ``seed``). At least ``rounds``
     rounds (at least 1) run, more (up to ``max_rounds``) until every call has been timed
     for ``min_seconds``; once a whole run has spent ``max_seconds`` it stops after at least
@@ -200,8 +201,11 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
     numbers: dict[str, int] = {}
     for name in names:
         calls[name]()  # warm-up: first-call costs (plans, imports, compiled kernels)
-        once = _sample(calls[name], 1)
-        numbers[name] = max(1, min(1_000_000, int(sample_seconds / max(once, 1e-9))))
+        number = 1  # doubled until a sample lasts half the target (one slow call misleads less)
+        while (per_call := _sample(calls[name], number)) * number < sample_seconds / 2 \
+                and number < 1_000_000:
+            number *= 2
+        numbers[name] = max(1, min(1_000_000, int(sample_seconds / max(per_call, 1e-9))))
     times: dict[str, list[float]] = {name: [] for name in names}
     order = random.Random(seed)
     started = time.perf_counter()
