@@ -178,17 +178,18 @@ def _sample(fn: Callable[[], Any], number: int) -> float:
 
 def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
                 sample_seconds: float = SAMPLE_SECONDS, min_seconds: float = 0.0,
-                max_rounds: int = 50, max_seconds: float = 60.0,
-                seed: int = 0) -> dict[str, list[float]]:
+                max_rounds: int = 50, max_seconds: float = 60.0, seed: int = 0,
+                max_calls: int = 50) -> dict[str, list[float]]:
     """Time ``calls`` in interleaved rounds; return each one's seconds per call, per round.
 
     Every call is warmed up once and calibrated (its repeats doubled until they last half of
     ``sample_seconds``): a sample repeats it as often as fits in ``sample_seconds`` (once when
-    a single call takes longer). Each round then times one
-    sample of every call, in an order shuffled anew (seeded by ``seed``). At least ``rounds``
-    rounds (at least 1) run, more (up to ``max_rounds``) until every call has been timed
-    for ``min_seconds``; once a whole run has spent ``max_seconds`` it stops after at least
-    2 rounds. The caller keeps the minimum over rounds (the run least disturbed).
+    a single call takes longer). Each round then times one sample of every call, in an order
+    shuffled anew (seeded by ``seed``). At least ``rounds`` rounds (at least 1) run, more (up
+    to ``max_rounds``) until every call has been timed for ``min_seconds`` or ``max_calls``
+    times (a fast call's samples suffice); once a whole run has spent ``max_seconds`` it
+    stops after at least 2 rounds. The caller keeps the minimum over rounds (the run least
+    disturbed).
 
     Examples
     --------
@@ -214,10 +215,11 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
         for name in names:
             times[name].append(_sample(calls[name], numbers[name]))
         done = len(times[names[0]]) if names else max_rounds
-        spent = min((sum(t) * numbers[n] for n, t in times.items()), default=math.inf)
         if done >= max_rounds or (done >= 2 and time.perf_counter() - started > max_seconds):
             break
-        if done >= max(rounds, 1) and spent >= min_seconds:
+        if done >= max(rounds, 1) and all(
+                sum(t) * numbers[n] >= min_seconds or done * numbers[n] >= max_calls
+                for n, t in times.items()):
             break
     return times
 
