@@ -70,7 +70,7 @@ def test_interleaved_rounds_shuffle_and_repeat() -> None:
     calls = {name: (lambda n=name: order.append(n)) for name in "abcd"}
     times = interleaved(calls, rounds=6, sample_seconds=0.0, seed=1)
     assert sorted(times) == list("abcd") and all(len(t) == 6 for t in times.values())
-    timed = order[8:]  # after one warm-up and one calibration call each
+    timed = order[8:]  # after one warm-up and one calibration call each (sample_seconds 0)
     rounds = [timed[i:i + 4] for i in range(0, len(timed), 4)]
     assert len(rounds) == 6 and all(sorted(r) == list("abcd") for r in rounds)
     assert len({tuple(r) for r in rounds}) > 1  # the order changes between rounds
@@ -83,7 +83,8 @@ def test_interleaved_rounds_shuffle_and_repeat() -> None:
     # More rounds until min_seconds are spent.
     more = interleaved({"sleep": lambda: time.sleep(0.002)}, rounds=1, sample_seconds=0.0,
                        min_seconds=0.02)
-    assert 5 <= len(more["sleep"]) <= 50
+    spent = more["sleep"]
+    assert len(spent) >= 2 and sum(spent) >= 0.02 > sum(spent[:-1])  # stopped once reached
 
 
 def test_time_call_counts() -> None:

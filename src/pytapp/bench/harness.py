@@ -178,16 +178,18 @@ def _sample(fn: Callable[[], Any], number: int) -> float:
 
 def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
                 sample_seconds: float = SAMPLE_SECONDS, min_seconds: float = 0.0,
-                max_rounds: int = 50, max_seconds: float = 60.0,
-                seed: int = 0) -> dict[str, list[float]]:
+                max_rounds: int = 50, max_seconds: float = 60.0, seed: int = 0,
+                max_calls: int = 50) -> dict[str, list[float]]:
     """Time ``calls`` in interleaved rounds; return each one's seconds per call, per round.
 
-    Every call is warmed up once and calibrated: a sample repeats it as often as fits in
-    ``sample_seconds`` (once when a single call takes longer). Each round then times one
-    sample of every call, in an order shuffled anew (seeded by ``seed``). At least ``rounds``
-    rounds (at least 1) run, more (up to ``max_rounds``) until every call has been timed
-    for ``min_seconds``; once a whole run has spent ``max_seconds`` it stops after at least
-    2 rounds. The caller keeps the minimum over rounds (the run least disturbed).
+    Every call is warmed up once and calibrated (its repeats doubled until they last half of
+    ``sample_seconds``): a sample repeats it as often as fits in ``sample_seconds`` (once when
+    a single call takes longer). Each round then times one sample of every call, in an order
+    shuffled anew (seeded by ``seed``). At least ``rounds`` rounds (at least 1) run, more (up
+    to ``max_rounds``) until every call has been timed for ``min_seconds`` or ``max_calls``
+    times (a fast call's samples suffice); once a whole run has spent ``max_seconds`` it
+    stops after at least 2 rounds. The caller keeps the minimum over rounds (the run least
+    disturbed).
 
     Examples
     --------
@@ -200,8 +202,11 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
     numbers: dict[str, int] = {}
     for name in names:
         calls[name]()  # warm-up: first-call costs (plans, imports, compiled kernels)
-        once = _sample(calls[name], 1)
-        numbers[name] = max(1, min(1_000_000, int(sample_seconds / max(once, 1e-9))))
+        number = 1  # doubled until a sample lasts half the target (one slow call misleads less)
+        while (per_call := _sample(calls[name], number)) * number < sample_seconds / 2 \
+                and number < 1_000_000:
+            number *= 2
+        numbers[name] = max(1, min(1_000_000, int(sample_seconds / max(per_call, 1e-9))))
     times: dict[str, list[float]] = {name: [] for name in names}
     order = random.Random(seed)
     started = time.perf_counter()
@@ -210,10 +215,11 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
         for name in names:
             times[name].append(_sample(calls[name], numbers[name]))
         done = len(times[names[0]]) if names else max_rounds
-        spent = min((sum(t) * numbers[n] for n, t in times.items()), default=math.inf)
         if done >= max_rounds or (done >= 2 and time.perf_counter() - started > max_seconds):
             break
-        if done >= max(rounds, 1) and spent >= min_seconds:
+        if done >= max(rounds, 1) and all(
+                sum(t) * numbers[n] >= min_seconds or done * numbers[n] >= max_calls
+                for n, t in times.items()):
             break
     return times
 

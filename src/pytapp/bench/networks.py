@@ -15,7 +15,9 @@ Contenders are timed in interleaved rounds (:func:`pytapp.bench.harness.interlea
 fastest round kept. Each result is checked against numpy.einsum in float64/complex128. The
 ratios are the best peer's time over pytapp's (one-shot and compiled); the roof is the time
 the network's flops (as opt_einsum counts them along the path) take at the best GEMM rate of
-its datatype measured in the same run (or the fastest contender's time when that is shorter).
+its datatype, or the time its bytes (operands and result once, intermediates twice) take at
+the copy bandwidth of that working set, whichever is longer, both measured in the same run (or
+the fastest contender's time when that is shorter).
 
 Examples
 --------
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.bench.harness import (
+    copy_bandwidth,
     geometric_mean,
     interleaved,
     measure_peaks,
@@ -195,7 +198,8 @@ class NetworkResult:
     notes: dict[str, str] = field(default_factory=dict)
     #: Flops along the path (opt_einsum's count, times 4 for complex datatypes).
     flops: float = math.nan
-    #: Seconds the flops take at the best GEMM rate of the datatype (NaN: not measured).
+    #: Seconds of the roof: the flops at the best GEMM rate, or the bytes at the copy
+    #: bandwidth, whichever is longer (NaN: not measured).
     roof_s: float = math.nan
 
     def best_peer(self) -> float:
@@ -300,7 +304,12 @@ def _run_case(case: NetworkCase, repeats: int, backend: str | None,
     complex_factor = 4 if np.dtype(case.dtype).kind == "c" else 1
     result.flops = float(info.opt_cost) * complex_factor
     rate = rates.get(datatype_of(case.dtype, "dtype").short_name, math.nan)
-    result.roof_s = result.flops / (rate * 1e9) if rate > 0 else math.nan
+    if rate > 0:
+        # the operands and the result moved once, every intermediate written and read once
+        sizes = [int(x) for x in info.size_list]
+        moved = np.dtype(case.dtype).itemsize * (
+            sum(a.size for a in arrays) + 2 * sum(sizes[:-1]) + sizes[-1])
+        result.roof_s = max(result.flops / (rate * 1e9), moved / (copy_bandwidth(moved) * 1e9))
     expr, found = _contenders(case, arrays, path, backend)
     calls: dict[str, Callable[[], Any]] = {}
     for name, fn in found.items():
@@ -400,10 +409,12 @@ def networks_markdown(results: Sequence[NetworkResult], plot: str | None = None)
              "`pytapp.einsum` is the one-shot call with the path, `pytapp expr` an "
              "`einsum_expression` built once; `oe` is opt_einsum. The ratio columns are the "
              "best peer's time over pytapp's (above 1: pytapp is faster); roof: the "
-             "expression's speed in % of the network's flops at the best GEMM rate of its "
-             "datatype measured in the same run (or at the fastest contender's speed when that "
-             "is higher). Every result is checked against numpy.einsum "
-             "in float64/complex128.", "", "```", networks_table(results), "```", ""]
+             "expression's speed in % of the roof: the network's flops at the best GEMM rate "
+             "of its datatype or its bytes (operands and result once, intermediates twice) at "
+             "the copy bandwidth of that working set, whichever takes longer, both measured in "
+             "the same run (or the fastest contender's speed when that is higher). Every "
+             "result is checked against numpy.einsum in float64/complex128.", "", "```",
+             networks_table(results), "```", ""]
     if plot:
         lines += [f"![networks]({plot})", ""]
     for r in results:
