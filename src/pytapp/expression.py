@@ -16,6 +16,7 @@ Examples
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -190,6 +191,9 @@ class EinsumExpression:
         self.choices: dict[Datatype, str] = {}
         self._budgets: dict[Datatype, wisdom.Budget] = {}
         self._settled: set[Datatype] = set()  # datatypes whose choice is final
+        # PYTAPP_AUTOTUNE=0 never times (read once, as auto plans do)
+        self._never_time = os.environ.get("PYTAPP_AUTOTUNE", "").strip().lower() in (
+            "0", "off", "never")
         self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
         #: Input (dtype, strides) -> the network as compiled programs (False: it does not lower).
         self._chains: dict[tuple[Any, ...], Any] = {}
@@ -364,6 +368,9 @@ class EinsumExpression:
         budget = self._budgets.setdefault(dt, wisdom.Budget())
         budget.add(seconds)
         if budget.runs < wisdom.MIN_RUNS:
+            return
+        if self._never_time:
+            self._settled.add(dt)
             return
         # every candidate: one warm-up and the timed rounds, at about this network's pace
         cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)

@@ -50,7 +50,10 @@ def test_out_and_view_results() -> None:
 def test_gradcheck(case: Case, dtype: str) -> None:
     equation, shapes = case
     ops = tensors(shapes, getattr(torch, dtype), grad=True)
-    assert torch.autograd.gradcheck(lambda *xs: pytapp.einsum(equation, *xs), tuple(ops))
+    # gradcheck runs the einsum many times: once the tuning budget allows, auto may move a
+    # product to a backend measured faster, whose sums round differently (to ~1e-16)
+    assert torch.autograd.gradcheck(lambda *xs: pytapp.einsum(equation, *xs), tuple(ops),
+                                    nondet_tol=1e-12)
 
 
 def test_gradients_of_some_operands_only() -> None:
