@@ -1,13 +1,14 @@
 """The compiled executor (``pytapp._cexec``) against the conformance kit's independent oracle.
 
-Every route: the loop nest (any label class, diagonals, broadcast labels) and GEMMs on strided
-views (plain, transposed, swapped, batched, conjugated, with beta C, with C being D), on every
-datatype it computes in, over the conformance generators and Hypothesis-drawn products with
-negative, zero and padded strides. Operands it does not take (misaligned, other layouts, views it
-cannot see the owner of, torch tensors, overlaps) fall back to the Python plan with the same
-result, and bad input raises the same TAPP error as without the executor, leaving D untouched.
-Sixteen threads sharing one plan, and one einsum expression, get exact results.
-"""
+Every route: the loop nest (any label class, diagonals, broadcast labels), GEMMs on strided
+views (plain, transposed, swapped, batched, conjugated, with beta C, with C being D) and the TTGT
+step (packed operands, GEMMs into a scratch, the store with the epilogue), on every datatype it
+computes in, over the conformance generators and Hypothesis-drawn products with negative, zero
+and padded strides, misaligned operands and flat storage. Operands it does not take (misaligned,
+other layouts, views whose owner it cannot see, torch tensors, overlaps) fall back to the Python
+plan with the same result, and bad input raises the same TAPP error as without the executor,
+leaving D untouched. Sixteen threads sharing one plan (per route), one einsum expression (its
+compiled chain) and one-shot einsum get exact results."""
 
 from __future__ import annotations
 
