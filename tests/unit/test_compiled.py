@@ -317,6 +317,10 @@ def _check_compiled(inst: Instance) -> str:
     lowered = plan.algorithm.startswith(COMPILED)
     assert status.algorithm.startswith(COMPILED) == (lowered and _takes(inst)), (
         plan.algorithm, status.algorithm)
+    if status.algorithm.startswith(COMPILED):  # only the TTGT step allocates, within the plan's
+        ttgt = status.algorithm.startswith(f"{COMPILED} ttgt")  # declared workspace
+        assert status.bytes_allocated <= (plan.workspace_bytes if ttgt else 0), status
+        assert status.bytes_copied <= status.bytes_allocated, status
     return str(status.algorithm)
 
 
