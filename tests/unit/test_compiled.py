@@ -616,6 +616,29 @@ def test_large_and_odd_scalars_on_f32(alpha: Any, code: int | None,
                       code=code, expect=expect)
 
 
+def test_executors_and_destroyed_plans() -> None:
+    """An explicit executor takes the Python plan with the same D; a destroyed plan raises 23
+    and leaves D as it was."""
+    a, b, ref = _plain()
+    with Handle("blas") as handle:
+        info = TensorInfo.from_array
+        plan = TensorProduct(handle, info(a), "ik", info(b), "kj", None, None,
+                             info(np.zeros((4, 3))), "ij")
+        d = np.zeros((4, 3))
+        status = plan.execute(1.0, a, b, 0.0, None, d)
+        assert status.algorithm.startswith(COMPILED), status.algorithm
+        assert np.array_equal(d, ref.real)
+        e = np.zeros((4, 3))
+        status = plan.execute(1.0, a, b, 0.0, None, e, handle.create_executor(threads=1))
+        assert not status.algorithm.startswith(COMPILED)
+        assert np.array_equal(e, d)
+        plan.destroy()
+        with pytest.raises(pytapp.TappError) as err:
+            plan.execute(1.0, a, b, 0.0, None, e)
+        assert err.value.code == 23
+        assert np.array_equal(e, d)
+
+
 # ------------------------------------------------------------------------------ 4. alpha == 0
 @pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
 @pytest.mark.parametrize(("a_labels", "size"), [("ik", 3), ("ik", 12), ("ikx", 24)],
