@@ -1,13 +1,14 @@
 """The compiled executor (``pytapp._cexec``) against the conformance kit's independent oracle.
 
-Every route: the loop nest (any label class, diagonals, broadcast labels) and GEMMs on strided
-views (plain, transposed, swapped, batched, conjugated, with beta C, with C being D), on every
-datatype it computes in, over the conformance generators and Hypothesis-drawn products with
-negative, zero and padded strides. Operands it does not take (misaligned, other layouts, views it
-cannot see the owner of, torch tensors, overlaps) fall back to the Python plan with the same
-result, and bad input raises the same TAPP error as without the executor, leaving D untouched.
-Sixteen threads sharing one plan, and one einsum expression, get exact results.
-"""
+Every route: the loop nest (any label class, diagonals, broadcast labels), GEMMs on strided
+views (plain, transposed, swapped, batched, conjugated, with beta C, with C being D) and the TTGT
+step (packed operands, GEMMs into a scratch, the store with the epilogue), on every datatype it
+computes in, over the conformance generators and Hypothesis-drawn products with negative, zero
+and padded strides, misaligned operands and flat storage. Operands it does not take (misaligned,
+other layouts, views whose owner it cannot see, torch tensors, overlaps) fall back to the Python
+plan with the same result, and bad input raises the same TAPP error as without the executor,
+leaving D untouched. Sixteen threads sharing one plan (per route), one einsum expression (its
+compiled chain) and one-shot einsum get exact results."""
 
 from __future__ import annotations
 
@@ -316,6 +317,10 @@ def _check_compiled(inst: Instance) -> str:
     lowered = plan.algorithm.startswith(COMPILED)
     assert status.algorithm.startswith(COMPILED) == (lowered and _takes(inst)), (
         plan.algorithm, status.algorithm)
+    if status.algorithm.startswith(COMPILED):  # only the TTGT step allocates, within the plan's
+        ttgt = status.algorithm.startswith(f"{COMPILED} ttgt")  # declared workspace
+        assert status.bytes_allocated <= (plan.workspace_bytes if ttgt else 0), status
+        assert status.bytes_copied <= status.bytes_allocated, status
     return str(status.algorithm)
 
 
@@ -365,6 +370,32 @@ def test_gemm_routes(dt: Datatype, shape: tuple[str, str, str, bool]) -> None:
         algorithm = _check_compiled(inst)
         hit += "gemm" in algorithm
     assert (hit > 0) == gemm, shape
+
+
+# Products above the loop nest's size that no GEMM reads in place: a diagonal, an isolated label
+# of A or of B, a broadcast label, the batch label innermost (each GEMM >= GEMM_MIN_MADDS).
+_TTGT_SHAPES = [("iik", "kj", "ij"), ("ikx", "kj", "ij"), ("ik", "kjx", "ij"),
+                ("ik", "kj", "jbi"), ("ikb", "kjb", "ijb")]
+_TTGT_EXT = {"i": 24, "j": 20, "k": 22, "b": 3, "x": 2}
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _TTGT_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_ttgt_routes(dt: Datatype, shape: tuple[str, str, str]) -> None:
+    """Packed operands, GEMMs into a scratch, the store into D with the epilogue: permuted and
+    padded layouts, beta C (own layout, or C is D), conjugations, op_D."""
+    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
+    cplx = dt.is_complex
+    alpha = complex(0.7, -1.3) if cplx else -0.7
+    beta = complex(-0.4, 0.9) if cplx else 1.5
+    routes = []
+    for seed, (c_mode, bet, ops, layouts) in enumerate([
+            ("none", 0.0, "----", {"A": "perm"}), ("own", beta, "cc-c", {"B": "sub", "C": "neg"}),
+            ("d", beta, "c-cc", {"D": "sub_mixed"}), ("nan", 0.0, "-c-c", {"A": "sub_neg"})]):
+        inst = build(dt, labels, _TTGT_EXT, layouts, seed=seed, alpha=alpha, beta=bet, ops=ops,
+                     c_mode=c_mode)
+        routes.append(_check_compiled(inst).split(" [")[0])
+    assert "compiled: ttgt" in routes, routes
 
 
 def test_both_routes_are_hit() -> None:
@@ -585,13 +616,37 @@ def test_large_and_odd_scalars_on_f32(alpha: Any, code: int | None,
                       code=code, expect=expect)
 
 
+def test_executors_and_destroyed_plans() -> None:
+    """An explicit executor takes the Python plan with the same D; a destroyed plan raises 23
+    and leaves D as it was."""
+    a, b, ref = _plain()
+    with Handle("blas") as handle:
+        info = TensorInfo.from_array
+        plan = TensorProduct(handle, info(a), "ik", info(b), "kj", None, None,
+                             info(np.zeros((4, 3))), "ij")
+        d = np.zeros((4, 3))
+        status = plan.execute(1.0, a, b, 0.0, None, d)
+        assert status.algorithm.startswith(COMPILED), status.algorithm
+        assert np.array_equal(d, ref.real)
+        e = np.zeros((4, 3))
+        status = plan.execute(1.0, a, b, 0.0, None, e, handle.create_executor(threads=1))
+        assert not status.algorithm.startswith(COMPILED)
+        assert np.array_equal(e, d)
+        plan.destroy()
+        with pytest.raises(pytapp.TappError) as err:
+            plan.execute(1.0, a, b, 0.0, None, e)
+        assert err.value.code == 23
+        assert np.array_equal(e, d)
+
+
 # ------------------------------------------------------------------------------ 4. alpha == 0
 @pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
-@pytest.mark.parametrize("size", [3, 12], ids=["loop", "gemm"])
-def test_zero_alpha_never_reads_a_or_b(dt: Datatype, size: int) -> None:
+@pytest.mark.parametrize(("a_labels", "size"), [("ik", 3), ("ik", 12), ("ikx", 24)],
+                         ids=["loop", "gemm", "ttgt"])
+def test_zero_alpha_never_reads_a_or_b(dt: Datatype, a_labels: str, size: int) -> None:
     """alpha == 0 with NaN and Inf in A and B: D = op_D(beta op_C(C)) (SPEC section 1)."""
-    labels = {"A": ("i", "k"), "B": ("k", "j"), "D": ("i", "j")}
-    ext = {"i": size, "j": size - 1, "k": size + 1}
+    labels = {"A": tuple(a_labels), "B": ("k", "j"), "D": ("i", "j")}
+    ext = {"i": size, "j": size - 1, "k": size + 1, "x": 2}
     beta = complex(1.5, -0.5) if dt.is_complex else 1.5
     for seed, (c_mode, ops) in enumerate([("own", "---c"), ("d", "--c-"), ("none", "----")]):
         inst = build(dt, labels, ext, {}, seed=seed, alpha=0.0,
@@ -631,25 +686,30 @@ def _in_threads(work: Callable[[int], None]) -> None:
     assert not errors, errors[:3]
 
 
-@pytest.mark.parametrize("n", [4, 40], ids=["loop", "gemm"])
-def test_threads_share_one_plan(n: int) -> None:
+def _ints(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
+    return rng.integers(-3, 4, tuple(shape)).astype(np.float64)
+
+
+@pytest.mark.parametrize(("a_labels", "n", "route"), [
+    ("ik", 4, "loop nest"), ("ik", 40, "1 gemm"), ("ikx", 32, "ttgt")])
+def test_threads_share_one_plan(a_labels: str, n: int, route: str) -> None:
     """Sixteen threads, one plan, their own exact integer data each: every D exact."""
-    info_a = TensorInfo.from_array(np.zeros((n, n + 1)))
-    info_b = TensorInfo.from_array(np.zeros((n + 1, n - 1)))
-    info_d = TensorInfo.from_array(np.zeros((n, n - 1)))
-    plan = TensorProduct(Handle("blas"), info_a, "ik", info_b, "kj", info_d, "ij", info_d, "ij")
-    assert plan.algorithm.startswith(COMPILED)
-    # the large one runs without the GIL: threads really run the program at the same time
+    ext = {"i": n, "k": n + 1, "j": n - 1, "x": 2}
+    shapes = [[ext[x] for x in labels] for labels in (a_labels, "kj", "ij")]
+    info_a, info_b, info_d = (TensorInfo.from_array(np.zeros(s)) for s in shapes)
+    plan = TensorProduct(Handle("blas"), info_a, a_labels, info_b, "kj", info_d, "ij", info_d,
+                         "ij")
+    assert plan.algorithm.startswith(f"{COMPILED} {route}"), plan.algorithm
+    # the larger ones run without the GIL: threads really run the program at the same time
     assert (plan.spec.flops >= RELEASE_GIL_FLOPS) == (n > 4)
 
     def work(k: int) -> None:
         rng = np.random.default_rng(k)
         for _ in range(ROUNDS):
-            a = rng.integers(-4, 5, (n, n + 1)).astype(np.float64)
-            b = rng.integers(-4, 5, (n + 1, n - 1)).astype(np.float64)
-            c = rng.integers(-4, 5, (n, n - 1)).astype(np.float64)
-            d = np.full((n, n - 1), np.nan)
-            want = a.astype(np.int64) @ b.astype(np.int64) * 2 - 3 * c.astype(np.int64)
+            a, b, c = (_ints(rng, s) for s in shapes)
+            d = np.full(shapes[2], np.nan)
+            want = 2 * np.einsum(f"{a_labels},kj->ij", a.astype(np.int64),
+                                 b.astype(np.int64)) - 3 * c.astype(np.int64)
             status = plan.execute(2, a, b, -3, c, d)
             assert status.algorithm.startswith(COMPILED)
             assert np.array_equal(d, want)
@@ -657,16 +717,23 @@ def test_threads_share_one_plan(n: int) -> None:
     _in_threads(work)
 
 
-def test_threads_share_one_expression() -> None:
-    """Sixteen threads calling one einsum expression (shared intermediate buffers)."""
-    shapes = [(6, 7), (7, 8), (8, 5)]
-    expr = pytapp.einsum_expression("ij,jk,kl->il", *shapes, backend="blas")
+@pytest.mark.parametrize("n", [6, 34], ids=["small", "large"])
+def test_threads_share_one_expression(n: int) -> None:
+    """Sixteen threads calling one einsum expression (its compiled chain, whose intermediate
+    buffers only one call at a time uses), and one-shot einsum on the same layouts."""
+    shapes = [(n, n + 1), (n + 1, n + 2), (n + 2, n - 1), (n - 1,)]
+    eq = "ij,jk,kl,l->i"
+    expr = pytapp.einsum_expression(eq, *shapes, backend="blas")
+    first = [np.ones(s) for s in shapes]
+    expr(*first)
+    assert expr.chain_for(first) is not None  # every step lowered: one C call per network
 
     def work(k: int) -> None:
         rng = np.random.default_rng(100 + k)
-        for _ in range(ROUNDS):
-            ops = [rng.integers(-3, 4, s).astype(np.float64) for s in shapes]
-            want = ops[0].astype(np.int64) @ ops[1].astype(np.int64) @ ops[2].astype(np.int64)
-            assert np.array_equal(expr(*ops), want)
+        for r in range(ROUNDS if n < 10 else 8):  # large: steps run without the GIL
+            ops = [_ints(rng, s) for s in shapes]
+            want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
+            got = expr(*ops) if r % 2 else pytapp.einsum(eq, *ops, backend="blas")
+            assert np.array_equal(got, want)
 
     _in_threads(work)
