@@ -39,7 +39,10 @@ Label = Hashable
 MAX_LABELS = 32
 #: Products with at most this many multiply-adds run as one loop nest when no GEMM maps them
 #: in place: below this a library call's fixed cost is the time.
-LOOP_MAX_MADDS = 1 << 13
+LOOP_MAX_MADDS = 1 << 15
+#: The same bound for products that sum nothing (Hadamard, outer): the loop nest is scalar, and
+#: NumPy's vectorised ufuncs win above a few thousand elements.
+LOOP_MAX_ELEMENTWISE = 1 << 12
 #: GEMMs with fewer multiply-adds per call than this run as a loop nest instead.
 GEMM_MIN_MADDS = 512
 #: Batched GEMMs run in one process-wide BLAS call loop only below this many flops in total;
@@ -313,7 +316,7 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
         kind = Step.GEMM
         description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                        f"[m={g.m}, n={g.n}, k={g.k}] (no copies)")
-    elif madds <= LOOP_MAX_MADDS:
+    elif madds <= (LOOP_MAX_MADDS if summed else LOOP_MAX_ELEMENTWISE):
         kind, gemm_step = Step.LOOP, None
         description = f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds)"
     elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
