@@ -38,8 +38,9 @@ __all__ = ["Machine", "cache_dir", "constants", "fingerprint"]
 
 #: Datatypes whose GEMM rates are measured (compute types; bf16/f16 as torch-native inputs).
 MEASURED = ("f32", "f64", "c64", "c128", "bf16", "f16")
-#: Measuring passes over both libraries (each rate keeps its best).
-ROUNDS = 3
+#: Measuring passes over both libraries (each rate keeps its best). One pass costs a few
+#: seconds once per machine (torch's import included); three took 11 s on a 2-core EPYC.
+ROUNDS = 1
 _DEFAULT_RATES = {"f32": 1.2e11, "f64": 6e10, "c64": 1.2e11, "c128": 6e10, "bf16": 3e10,
                   "f16": 3e10}
 
