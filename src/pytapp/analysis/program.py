@@ -51,6 +51,8 @@ GEMM_BATCH_MAX_FLOPS = 1 << 24
 #: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops;
 #: larger ones run on the backend's plan (threaded copies, blocked TTGT, reduce kernels).
 TTGT_MAX_FLOPS = 1 << 24
+#: Fewest rows, columns and inner extent of TTGT's GEMMs.
+TTGT_MIN_DIM = 8
 #: The executor lets other Python threads run during products of at least this many flops.
 RELEASE_GIL_FLOPS = 1 << 16
 
@@ -243,13 +245,16 @@ def _nest(op: OperandSpec, kept: Sequence[Label], summed: Sequence[Label], spec:
 
 
 def _gemm_sized(spec: ContractionSpec) -> bool:
-    """Whether TTGT's GEMMs are worth their calls: each has at least GEMM_MIN_MADDS.
+    """Whether TTGT's GEMMs are worth their packing and calls.
 
-    Hadamard-heavy products (many tiny GEMMs) and reductions stay with the backend's
-    elementwise and reduce kernels.
+    Each GEMM needs at least GEMM_MIN_MADDS and every dimension at least TTGT_MIN_DIM:
+    Hadamard-heavy products (many tiny GEMMs), outer products (k = 1) and GEMV-like products
+    (m or n = 1) stay with the backend's elementwise and reduce kernels, which read the large
+    operand where it lies instead of packing it.
     """
     cls = spec.classes
-    return spec.size(cls.FA) * spec.size(cls.FB) * spec.size(cls.P) >= GEMM_MIN_MADDS
+    m, n, k = spec.size(cls.FA), spec.size(cls.FB), spec.size(cls.P)
+    return m * n * k >= GEMM_MIN_MADDS and min(m, n, k) >= TTGT_MIN_DIM
 
 
 def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmStep, PackStep]:
