@@ -46,6 +46,7 @@ from pytapp.expression import (
 )
 from pytapp.handle import default_backend_name
 from pytapp.network import PathInfo, result_shape
+from pytapp.operands import torch_bits
 from pytapp.typing import ArrayLike, BackendName
 
 __all__ = ["einsum", "einsum_expression", "einsum_path", "tensordot", "transpose"]
@@ -156,6 +157,8 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     >>> int(einsum("i,i->", np.arange(4), np.arange(4)))  # integers: numpy.einsum, exact
     14
     """
+    if out is not None and is_torch(out):
+        _refuse_bits(out)
     if (len(operands) > 1 and type(operands[0]) is str and is_torch(operands[1])
             and backend in _TORCH_CALLS):
         return _torch_calls()(operands[0], operands[1:], out=out, optimize=optimize,
@@ -371,6 +374,16 @@ def _plain_numpy(x: Any, role: str) -> np.ndarray:
                             f"{role}: {type(x).__name__} is not array data; pass a NumPy "
                             "array or a torch tensor") from exc
     return to_numpy(x, role)
+
+
+def _refuse_bits(out: Any) -> None:
+    """Raise 20 for a torch ``out`` with the conjugate or negative bit (it cannot be written)."""
+    conj, neg = torch_bits(out)
+    if conj or neg:
+        raise error_for(ErrorCode.OPERAND_MISMATCH,
+                        f"out is a torch view with the {'conjugate' if conj else 'negative'} bit "
+                        "set, which pytapp cannot write through; pass a plain tensor (and "
+                        "conjugate or negate the result yourself)")
 
 
 def _check_out(out: Any, like: Any, shape: tuple[int, ...]) -> np.ndarray | None:

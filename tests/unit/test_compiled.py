@@ -376,7 +376,7 @@ def test_gemm_routes(dt: Datatype, shape: tuple[str, str, str, bool]) -> None:
 # of A or of B, a broadcast label, the batch label innermost (each GEMM >= GEMM_MIN_MADDS).
 _TTGT_SHAPES = [("iik", "kj", "ij"), ("ikx", "kj", "ij"), ("ik", "kjx", "ij"),
                 ("ik", "kj", "jbi"), ("ikb", "kjb", "ijb")]
-_TTGT_EXT = {"i": 24, "j": 20, "k": 22, "b": 3, "x": 2}
+_TTGT_EXT = {"i": 40, "j": 36, "k": 34, "b": 3, "x": 2}  # above LOOP_MAX_MADDS
 
 
 @pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)

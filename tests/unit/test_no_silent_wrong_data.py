@@ -51,7 +51,7 @@ def test_alpha_zero_complex_applies_op_c_and_op_d(backend: str) -> None:
                          TensorInfo.from_array(d), "ij", op_c=1, op_d=1)
     status = plan.execute(0j, a, b, 1.5 - 0.5j, c, d)
     np.testing.assert_allclose(d, np.conj((1.5 - 0.5j) * np.conj(c)), rtol=1e-15)
-    assert "alpha == 0" in status.algorithm
+    assert "alpha == 0" in status.algorithm or "compiled:" in status.algorithm
 
 
 def test_alpha_zero_through_verify_and_contract(backend: str) -> None:
@@ -145,9 +145,10 @@ def test_negative_and_conjugate_inputs_are_read_as_meant(torch: Any, backend: st
     # both bits, and strided views of a larger storage
     big = torch.arange(24.0, dtype=torch.float64).reshape(4, 6) * (1 + 1j)
     both = torch._neg_view(big.conj())[1:3, ::2]
-    np.testing.assert_allclose(
-        pytapp.einsum("ij->ji", both, backend=backend),
-        -np.conj(big.numpy()[1:3, ::2]).T, rtol=1e-15)
+    got = pytapp.einsum("ij->ji", both, backend=backend)
+    if isinstance(got, torch.Tensor):  # a view of ``both``, bits included, as torch.einsum's
+        got = got.resolve_conj().resolve_neg()
+    np.testing.assert_allclose(got, -np.conj(big.numpy()[1:3, ::2]).T, rtol=1e-15)
 
 
 def test_plans_read_bits_through_execute(torch: Any) -> None:

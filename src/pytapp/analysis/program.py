@@ -189,16 +189,17 @@ def _gemm_step(spec: ContractionSpec, g: ViewGemm, item: int) -> GemmStep | None
         m, n = g.m, g.n
         left = _matrix(m, g.k, ra, ka, conj_a)
         right = _matrix(g.k, n, kb, cb, conj_b)
-        ld_d = max(rd if m > 1 else n, n, 1)
-        if n > 1 and cd != 1:
-            return None
+        d_rows, d_cols = rd, cd
     else:  # D column-major: D^T = B^T A^T
         m, n = g.n, g.m
         left = _matrix(m, g.k, cb, kb, conj_b)
         right = _matrix(g.k, n, ka, ra, conj_a)
-        ld_d = max(cd if m > 1 else n, n, 1)
-        if n > 1 and rd != 1:
-            return None
+        d_rows, d_cols = cd, rd
+    # D row-major in CBLAS's reading: unit columns, and rows at least a row apart (a negative
+    # or overlapping row stride is no leading dimension)
+    if (n > 1 and d_cols != 1) or (m > 1 and d_rows < max(n, 1)):
+        return None
+    ld_d = max(d_rows if m > 1 else n, n, 1)
     if left is None or right is None:
         return None
     return GemmStep(
