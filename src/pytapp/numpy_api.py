@@ -160,7 +160,7 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     if out is not None and is_torch(out):
         _refuse_bits(out)
     if (len(operands) > 1 and type(operands[0]) is str and is_torch(operands[1])
-            and backend in _TORCH_CALLS):
+            and backend in _TORCH_CALLS and _torch_datatypes(operands[1:])):
         return _torch_calls()(operands[0], operands[1:], out=out, optimize=optimize,
                               memory_limit=memory_limit, dtype=dtype)
     thin_key: tuple[Any, ...] | None = None
@@ -193,7 +193,7 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     layout, casting, want = _options(order, casting, dtype)
     if any(_is_foreign(x) for x in ops):
         return _numpy_einsum(subs, ops, out, optimize, want, layout, casting)
-    if backend in _TORCH_CALLS and any(is_torch(x) for x in ops):
+    if backend in _TORCH_CALLS and any(is_torch(x) for x in ops) and _torch_datatypes(ops):
         return _torch_calls()(subs, ops, out=out, optimize=optimize, memory_limit=memory_limit,
                               dtype=dtype)
     if any(type(x).__module__.startswith("dask.") for x in ops):
@@ -374,6 +374,11 @@ def _plain_numpy(x: Any, role: str) -> np.ndarray:
                             f"{role}: {type(x).__name__} is not array data; pass a NumPy "
                             "array or a torch tensor") from exc
     return to_numpy(x, role)
+
+
+def _torch_datatypes(ops: Sequence[Any]) -> bool:
+    """Whether every torch operand has a TAPP datatype (others go through numpy.einsum)."""
+    return all(x.is_floating_point() or x.is_complex() for x in ops if is_torch(x))
 
 
 def _refuse_bits(out: Any) -> None:

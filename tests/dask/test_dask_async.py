@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import pytapp
+import pytapp.dask
 from pytapp import Completion, Executor, Handle, TensorInfo, TensorProduct
 
 
@@ -46,10 +47,13 @@ def test_non_blocking_errors_arrive_through_the_status(client: Any) -> None:
         plan = _plan(h, a, b, np.zeros((6, 4)))
         ex = Executor(dask=client, blocking=False)
         st = plan.execute(1.0, a, b, 0.0, None, _FailingTarget((6, 4)), ex)
-        with pytest.raises(pytapp.ReadOnlyError, match="refuses blocks"):
+        # the block-by-block writer reports what it wrote (SPEC 5), its cause the store's error
+        with pytest.raises(pytapp.dask.PartialWriteError, match="refuses blocks") as err:
             st.wait()
+        assert isinstance(err.value.__cause__, pytapp.ReadOnlyError)
+        assert err.value.blocks_written == ()
         assert st.check_completion() is Completion.FAILED
-        with pytest.raises(pytapp.ReadOnlyError):
+        with pytest.raises(pytapp.dask.PartialWriteError):
             ex.wait()
 
 
