@@ -126,6 +126,7 @@ def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.M
 
     cache = tmp_path / "tune.json"
     monkeypatch.setenv("PYTAPP_WISDOM", str(cache))
+    wisdom.forget()  # nothing remembered from earlier tests: this product is tuned here
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((20, 30)), rng.standard_normal((30, 10))
     d = np.zeros((20, 10))
