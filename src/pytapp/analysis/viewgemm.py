@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -102,7 +103,14 @@ def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
     """Every mapping of ``spec`` onto GEMMs on views that BLAS reads and writes in place.
 
     Only plain contractions qualify: contracted labels, no isolated or broadcast labels.
+    The blas backend and the compiled executor's lowering both ask, so the answer is
+    remembered per spec.
     """
+    return list(_view_gemms(spec))
+
+
+@functools.lru_cache(maxsize=256)
+def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
     cls = spec.classes
     if not cls.P or cls.IA or cls.IB or cls.IC:
         return []
@@ -133,4 +141,4 @@ def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
                 b=MatrixView((*bshape, k, n), (*(sb.get(x, 0) for x in batch), kb, cb)),
                 d=MatrixView((*bshape, m, n), (*(sd.get(x, 0) for x in batch), rd, cd)),
             ))
-    return found
+    return tuple(found)
