@@ -113,7 +113,7 @@ def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
 def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
     cls = spec.classes
     if not cls.P or cls.IA or cls.IB or cls.IC:
-        return []
+        return ()
     ext = {x: spec.extent(x) for x in (*cls.H, *cls.FA, *cls.FB, *cls.P)}
     sa, sb, sd = _strides(spec.a), _strides(spec.b), _strides(spec.d)
     free = [x for x in (*cls.FA, *cls.FB) if ext[x] > 1]
