@@ -219,6 +219,8 @@ def _choose_gemm(spec: ContractionSpec, item: int) -> tuple[ViewGemm, GemmStep] 
     for g in ranked:
         if g.m * g.n * g.k < GEMM_MIN_MADDS:
             return None
+        if g.m * g.n == 1 and g.k > LOOP_MAX_MADDS:
+            return None  # a long dot: BLAS's GEMM runs it on one core, NumPy's dot on all
         if g.calls > 1 and spec.flops > GEMM_BATCH_MAX_FLOPS:
             return None
         step = _gemm_step(spec, g, item)
