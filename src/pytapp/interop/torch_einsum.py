@@ -503,13 +503,8 @@ def einsum(subscripts: str, operands: Sequence[Any], *, out: Any = None,
             operands = [t.to(compute) if is_torch(t) else t for t in operands]
         result = einsum_op(subscripts, list(operands))
     else:
-        try:
-            program = _programs.get(_key(subscripts, operands, optimize, memory_limit, dtype))
-        except (AttributeError, TypeError):  # numbers among the operands, unhashable options
-            program = None
-        if program is None:
-            program, operands = _find(subscripts, operands, optimize, memory_limit, dtype)
-        result = program(operands)
+        result = run(subscripts, operands, optimize=optimize, memory_limit=memory_limit,
+                     dtype=dtype)
     if out is None:
         return result
     return _store(out, result, operands)
