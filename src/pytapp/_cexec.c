@@ -532,10 +532,68 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
 
 /* ------------------------------------------------------------------ operand checks */
 
+/* Buffer exporters whose buffer may not be their allocation (ctypes objects laid over a
+ * pointer): set_untrusted(); until then no exporter is trusted. */
+static PyObject *g_untrusted = NULL;
+
+static int untrusted(PyObject *obj) {
+    if (!g_untrusted) return 1;
+    int found = PyObject_IsInstance(obj, g_untrusted);
+    if (found < 0) PyErr_Clear();
+    return found != 0;
+}
+
+/* [*low, *high): the allocation holding `a`'s memory, found through its chain of bases; 0 when
+ * it cannot be proven. The owner is an ndarray that owns its contiguous data or, for inputs
+ * (`any_buffer`), any other object exporting a buffer (bytearray, bytes, mmap, numba's
+ * allocations...) but the untrusted ones. Subclasses (np.memmap), untrusted exporters and objects
+ * without a buffer (as_strided's helper, __array_interface__ providers, DLPack capsules) prove
+ * nothing: the general path (pytapp.allocation) binds those. */
+static int owner_range(PyArrayObject *a, int any_buffer, int writable, const char **low,
+                       const char **high) {
+    PyObject *obj = (PyObject *)a;
+    while (PyArray_CheckExact(obj) && !(PyArray_FLAGS((PyArrayObject *)obj) & NPY_ARRAY_OWNDATA)) {
+        obj = PyArray_BASE((PyArrayObject *)obj);
+        if (obj == NULL) return 0;
+    }
+    if (PyArray_CheckExact(obj)) {
+        PyArrayObject *b = (PyArrayObject *)obj;
+        int bf = PyArray_FLAGS(b);
+        if (!(bf & (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS))) return 0;
+        if (writable && !(bf & NPY_ARRAY_WRITEABLE)) return 0;
+        *low = PyArray_BYTES(b);
+        *high = *low + PyArray_NBYTES(b);
+        return 1;
+    }
+    if (!any_buffer || PyArray_Check(obj)) return 0;
+    if (PyMemoryView_Check(obj)) { /* bounded by its own buffer, a part of its exporter's */
+        PyObject *exporter = PyMemoryView_GET_BASE(obj);
+        Py_buffer *mb = PyMemoryView_GET_BUFFER(obj);
+        if (!exporter || PyMemoryView_Check(exporter) || untrusted(exporter) ||
+            !PyBuffer_IsContiguous(mb, 'A'))
+            return 0;
+        *low = (const char *)mb->buf;
+        *high = *low + mb->len;
+        return 1;
+    }
+    if (untrusted(obj)) return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    *low = (const char *)view.buf;
+    *high = *low + view.len;
+    PyBuffer_Release(&view);
+    return 1;
+}
+
 /* The operand as the program needs it, or NULL (no error set) when the general path must bind
  * it. Exact ndarray, native dtype, aligned, the descriptor's shape and byte strides, writable
- * when it is D, and memory that is provably its own: an array that owns its data, or a view of
- * a contiguous array that owns its data and holds the view's whole footprint. */
+ * when it is D, and a whole footprint inside a provable allocation (owner_range): an array that
+ * owns its data, or a view whose chain of bases ends in one (for D) or in any buffer (inputs).
+ * Memory NumPy allocated cannot be mapped at a second address, so once D is proven an input
+ * can share D's memory only at D's own addresses, which overlaps() sees. */
 static PyArrayObject *check_operand(const Program *p, PyObject *o, int role, int writable) {
     if (!PyArray_CheckExact(o)) return NULL;
     PyArrayObject *a = (PyArrayObject *)o;
@@ -551,16 +609,10 @@ static PyArrayObject *check_operand(const Program *p, PyObject *o, int role, int
     }
     if (flags & NPY_ARRAY_OWNDATA) return a;
     if (!p->has_foot[role]) return a; /* empty: never dereferenced */
-    PyObject *base = PyArray_BASE(a);
-    if (base == NULL || !PyArray_CheckExact(base)) return NULL;
-    PyArrayObject *b = (PyArrayObject *)base;
-    int bf = PyArray_FLAGS(b);
-    if (!(bf & NPY_ARRAY_OWNDATA) || !(bf & (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS)))
-        return NULL;
-    const char *low = PyArray_BYTES(b), *high = low + PyArray_NBYTES(b);
+    const char *low, *high;
+    if (!owner_range(a, !writable, writable, &low, &high)) return NULL;
     const char *first = PyArray_BYTES(a) + p->lo[role], *last = PyArray_BYTES(a) + p->hi[role];
     if (first < low || last > high) return NULL;
-    if (writable && !(bf & NPY_ARRAY_WRITEABLE)) return NULL;
     return a;
 }
 
@@ -586,10 +638,10 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
     cval al, be;
     if (to_scalar(alpha_o, p->dtype, &al) || to_scalar(beta_o, p->dtype, &be)) return 1;
     int beta_zero = be.re == 0.0 && be.im == 0.0;
-    PyArrayObject *a = check_operand(p, a_o, 0, 0);
+    PyArrayObject *d = check_operand(p, d_o, 3, 1); /* first: the inputs rely on it */
+    PyArrayObject *a = d ? check_operand(p, a_o, 0, 0) : NULL;
     PyArrayObject *b = a ? check_operand(p, b_o, 1, 0) : NULL;
-    PyArrayObject *d = b ? check_operand(p, d_o, 3, 1) : NULL;
-    if (!d) return 1;
+    if (!b) return 1;
     PyArrayObject *c = NULL;
     if (c_o != Py_None) {
         c = check_operand(p, c_o, 2, 0);
@@ -1020,6 +1072,16 @@ static PyObject *set_blas(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *set_untrusted(PyObject *self, PyObject *types) {
+    if (!PyTuple_Check(types)) {
+        PyErr_SetString(PyExc_TypeError, "set_untrusted takes a tuple of types");
+        return NULL;
+    }
+    Py_INCREF(types);
+    Py_XSETREF(g_untrusted, types);
+    Py_RETURN_NONE;
+}
+
 static PyObject *has_blas(PyObject *self, PyObject *args) {
     return PyBool_FromLong(g_gemm[0] && g_gemm[1] && g_gemm[2] && g_gemm[3]);
 }
@@ -1028,6 +1090,8 @@ static PyMethodDef methods[] = {
     {"set_blas", set_blas, METH_VARARGS,
      "set_blas(sgemm, dgemm, cgemm, zgemm, ilp64): addresses of the CBLAS GEMM functions."},
     {"has_blas", has_blas, METH_NOARGS, "Whether GEMM functions were registered."},
+    {"set_untrusted", set_untrusted, METH_O,
+     "set_untrusted(types): buffer exporters whose buffer does not bound their allocation."},
     {NULL, NULL, 0, NULL},
 };
 

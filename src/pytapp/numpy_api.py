@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -192,6 +193,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     subs, ops = _normalize(operands)
     layout, casting, want = _options(order, casting, dtype)
     if any(_is_foreign(x) for x in ops):
+        lazy = next((x for x in ops if _is_lazy(x)), None)
+        if lazy is not None and out is None:
+            return _library_call("einsum", lazy, subs, *ops)
         return _numpy_einsum(subs, ops, out, optimize, want, layout, casting)
     if backend in _TORCH_CALLS and any(is_torch(x) for x in ops) and _torch_datatypes(ops):
         return _torch_calls()(subs, ops, out=out, optimize=optimize, memory_limit=memory_limit,
@@ -351,6 +355,22 @@ def _is_foreign(x: Any) -> bool:
     readable = any(hasattr(x, name) for name in (
         "__array__", "__array_interface__", "__array_struct__", "__dlpack__", "__buffer__"))
     return not readable and hasattr(x, "shape")
+
+
+def _is_lazy(x: Any) -> bool:
+    """Whether ``x`` is a duck-typed array numpy cannot dispatch and autoray is loaded.
+
+    autoray's lazy arrays (quimb traces contractions with them, and cotengra hands them to
+    the functions of its ``implementation=`` hook) have no ``__array_function__``: numpy
+    would read each as one object element.
+    """
+    return ("autoray" in sys.modules and _is_foreign(x)
+            and not hasattr(x, "__array_function__"))
+
+
+def _library_call(name: str, like: Any, *args: Any) -> Any:
+    """Call ``name`` of ``like``'s own library through autoray's dispatch (see :func:`_is_lazy`)."""
+    return sys.modules["autoray"].do(name, *args, like=like)
 
 
 def _plain_numpy(x: Any, role: str) -> np.ndarray:
@@ -664,6 +684,9 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     (2, 4)
     """
     if _is_foreign(a) or _is_foreign(b):
+        lazy = a if _is_lazy(a) else b if _is_lazy(b) else None
+        if lazy is not None:
+            return _library_call("tensordot", lazy, a, b, axes)
         return np.tensordot(a, b, axes)
     if not hasattr(a, "shape"):
         a = _plain_numpy(a, "a")
@@ -710,6 +733,8 @@ def transpose(a: ArrayLike, axes: Sequence[int] | None = None, *,
     """
     del backend  # a view: nothing runs
     if _is_foreign(a):
+        if _is_lazy(a):
+            return _library_call("transpose", a, a, axes)
         return np.transpose(a, axes)
     data: Any = a if is_torch(a) or isinstance(a, np.ndarray) else _plain_numpy(a, "a")
     n = _ndim(data)

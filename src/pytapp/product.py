@@ -153,12 +153,16 @@ class TensorProduct(TappObject):
                           algorithm="" if name == "blas" else f"{name} -> blas: ")
         if getattr(plan, "compiled", False):
             self._program = compile_product(self.spec, template)
+        program_bytes = template.bytes_allocated if self._program is not None else 0
         # Either may run: the larger of the two workspaces is what an execution may need.
-        self.workspace_bytes = max(int(getattr(plan, "workspace_bytes", 0)),
-                                   template.bytes_allocated if self._program is not None else 0)
+        self.workspace_bytes = max(int(getattr(plan, "workspace_bytes", 0)), program_bytes)
         try:
-            self._check_memory(handle.memory_limit(),
-                               "the handle's MEMORY_LIMIT (default: half the free memory)")
+            limit = handle.memory_limit()
+            settle = getattr(plan, "settle", None)
+            if self.workspace_bytes > limit and settle is not None:
+                settle()  # a bound until the backend plans: plan now, for the exact figure
+                self.workspace_bytes = max(int(plan.workspace_bytes), program_bytes)
+            self._check_memory(limit, "the handle's MEMORY_LIMIT (default: half the free memory)")
         except BaseException:
             plan.release()  # nothing the backend created outlives a failed creation
             raise

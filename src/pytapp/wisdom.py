@@ -25,6 +25,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -75,11 +76,20 @@ def path() -> Path | None:
     ``PYTAPP_WISDOM``, else the older ``PYTAPP_AUTOTUNE_CACHE``, else ``wisdom.json`` in the
     user cache directory.
     """
-    env = (os.environ.get("PYTAPP_WISDOM") or os.environ.get("PYTAPP_AUTOTUNE_CACHE")
-           or "").strip()
-    if env.lower() in ("off", "0", "none"):
+    env = os.environ
+    return _path_for(env.get("PYTAPP_WISDOM"), env.get("PYTAPP_AUTOTUNE_CACHE"),
+                     env.get("XDG_CACHE_HOME"), env.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _path_for(wisdom: str | None, legacy: str | None, cache_home: str | None,
+              home: str | None) -> Path | None:
+    """Return the file those environment values name (what :func:`path` reads, resolved once)."""
+    del cache_home, home  # cache_dir() reads them; they are part of the cache key
+    chosen = (wisdom or legacy or "").strip()
+    if chosen.lower() in ("off", "0", "none"):
         return None
-    return Path(env) if env else cache_dir() / "wisdom.json"
+    return Path(chosen) if chosen else cache_dir() / "wisdom.json"
 
 
 _lock = threading.Lock()

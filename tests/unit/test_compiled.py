@@ -5,8 +5,8 @@ views (plain, transposed, swapped, batched, conjugated, with beta C, with C bein
 step (packed operands, GEMMs into a scratch, the store with the epilogue), on every datatype it
 computes in, over the conformance generators and Hypothesis-drawn products with negative, zero
 and padded strides, misaligned operands and flat storage. Operands it does not take (misaligned,
-other layouts, views whose owner it cannot see, torch tensors, overlaps) fall back to the Python
-plan with the same result, and bad input raises the same TAPP error as without the executor,
+other layouts, views no allocation it can see bounds, torch tensors, overlaps) fall back to the
+Python plan with the same result, and bad input raises the same TAPP error as without the executor,
 leaving D untouched. Sixteen threads sharing one plan (per route), one einsum expression (its
 compiled chain) and one-shot einsum get exact results."""
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(not program.available(),
 NATIVE = (Datatype.F32, Datatype.F64, Datatype.C32, Datatype.C64)
 COMPILED = "compiled:"
 #: Conformance cases whose operands the executor must leave to the Python plan: as_strided
-#: views (their owner is not an ndarray it can see) and D overlapping an input.
+#: views (no allocation the executor can see bounds them) and D overlapping an input.
 FALLBACK_CASES = {21: "as_strided input", 35: "D overlaps A or B"}
 SEEDS = range(10)
 EXAMPLES = 60
@@ -484,7 +484,7 @@ def test_misaligned_operands_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_layouts_other_than_the_descriptor_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flat 1-d storage of the descriptor's layout; a view of a transposed array (same shape,
-    other strides); an as_strided view (owner hidden); a torch tensor: the Python plan."""
+    other strides); an as_strided view (no allocation bounds it): the Python plan."""
     a, b, ref = _plain()
     plans = _both(monkeypatch, lambda: _matmul_plan(a, b, np.zeros((4, 3))))
     _same_outcome(plans, lambda: (1.0, a.reshape(-1).copy(), b, 0.0, None, np.zeros((4, 3))),
@@ -498,6 +498,39 @@ def test_layouts_other_than_the_descriptor_fall_back(monkeypatch: pytest.MonkeyP
                   compiled=False, expect=ref.real)
     _same_outcome(plans, lambda: (2, a, b, np.float64(0.0), None, np.zeros((4, 3))),
                   compiled=True, expect=2 * ref.real)
+
+
+def test_foreign_memory_inputs_run_compiled_and_d_falls_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs in memory NumPy did not allocate (a bytearray's buffer, as numba's arrays are
+    its runtime's) run compiled; a D there, or an input that is D's memory seen through
+    as_strided, does not."""
+    a, b, ref = _plain()
+    plans = _both(monkeypatch, lambda: _matmul_plan(a, b, np.zeros((4, 3))))
+
+    def foreign(x: np.ndarray) -> np.ndarray:
+        view = np.frombuffer(bytearray(x.tobytes()), dtype=x.dtype).reshape(x.shape)
+        root: Any = view
+        while isinstance(root, np.ndarray) and root.base is not None:
+            root = root.base
+        assert not isinstance(root, np.ndarray)  # a memoryview of the bytearray
+        return view
+
+    _same_outcome(plans, lambda: (1.0, foreign(a), foreign(b), 0.0, None, np.zeros((4, 3))),
+                  compiled=True, expect=ref.real)
+    _same_outcome(plans, lambda: (1.0, a, b, 0.0, None, foreign(np.zeros((4, 3)))),
+                  compiled=False, expect=ref.real)
+    # A reads D's own memory through as_strided (A[i, k] = D.flat[2 i + k]): the overlap is
+    # seen, and the Python plan computes from a copy of A
+    d = np.zeros((4, 3))
+    alias = np.lib.stride_tricks.as_strided(d, (4, 5), (16, 8))
+    d[...] = np.arange(12.0).reshape(4, 3)
+    before = alias.copy()
+    plan = _matmul_plan(alias, b, d)
+    assert plan.algorithm.startswith(COMPILED)
+    status = plan.execute(1.0, alias, b, 0.0, None, d)
+    assert not status.algorithm.startswith(COMPILED)
+    np.testing.assert_array_equal(d, np.einsum("ik,kj->ij", before, b))
 
 
 def test_torch_tensors_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,6 +120,20 @@ def _check_against(
             )
 
 
+def _consistent(a: tuple[Sequence[Label], Sequence[int]], b: tuple[Sequence[Label], Sequence[int]],
+                d: tuple[Sequence[Label], Sequence[int]], allow_broadcast: bool) -> bool:
+    """Whether every label has one extent and D's labels are in A or B (one pass)."""
+    seen: dict[Label, int] = {}
+    for labels, extents in (a, b, d):
+        for label, extent in zip(labels, extents, strict=True):
+            if seen.setdefault(label, extent) != extent:
+                return False
+    if allow_broadcast:
+        return True
+    inputs = {*a[0], *b[0]}
+    return all(label in inputs for label in d[0])
+
+
 def check_structure(
     a: tuple[Sequence[Label], Sequence[int]],
     b: tuple[Sequence[Label], Sequence[int]],
@@ -135,6 +149,9 @@ def check_structure(
     Aliasing (8) is checked on layouts, afterwards.
     """
     (al, ae), (bl, be), (cl, ce), (dl, de) = a, b, c, d
+    if _consistent(a, b, d, allow_broadcast) and tuple(cl) == tuple(dl) and (
+            tuple(ce) == tuple(de)):
+        return  # nothing to report: the ordered checks below only find which error comes first
     if not allow_broadcast:
         for label in dl:
             if label not in al and label not in bl:

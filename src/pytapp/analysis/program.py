@@ -22,6 +22,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -292,6 +293,8 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
 def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     """Lower ``spec`` for the compiled executor, or ``None`` when it does not cover it.
 
+    The answer is remembered per spec (``auto`` asks before the plan compiles it).
+
     Parameters
     ----------
     spec
@@ -299,6 +302,11 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     gemm
         Whether GEMM steps may be used (a BLAS library was registered with the executor).
     """
+    return _lower(spec, gemm)
+
+
+@functools.lru_cache(maxsize=512)
+def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     dt = _uniform(spec)
     if dt is None:
         return None

@@ -82,9 +82,20 @@ class ContractionSpec:
     label_extents: tuple[tuple[Label, int], ...]
     flops: int
     _extent_map: dict[Label, int] = field(init=False, repr=False, compare=False, hash=False)
+    _hash: list[int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_extent_map", dict(self.label_extents))
+        object.__setattr__(self, "_hash", [])
+
+    def __hash__(self) -> int:
+        """Return the fields' hash, computed once (plans look specs up in several caches)."""
+        known = self._hash
+        if not known:
+            known.append(hash((self.a, self.b, self.c, self.d, self.prec, self.rule,
+                               self.classes, self.allow_broadcast, self.label_extents,
+                               self.flops)))
+        return known[0]
 
     def extent(self, label: Label) -> int:
         """Extent of ``label`` (every occurrence agrees: the plan checked it)."""

@@ -100,9 +100,11 @@ def _blas(rows: int, cols: int, s_rows: int, s_cols: int) -> bool:
 
 
 def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
-    """Every mapping of ``spec`` onto GEMMs on views that BLAS reads and writes in place.
+    """Return the mappings of ``spec`` onto GEMMs on views that BLAS reads and writes in place.
 
     Only plain contractions qualify: contracted labels, no isolated or broadcast labels.
+    Only the mappings that loop over the fewest free labels are listed: looping over one more
+    label only splits the same GEMMs into more, smaller calls.
     The blas backend and the compiled executor's lowering both ask, so the answer is
     remembered per spec.
     """
@@ -117,15 +119,19 @@ def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
     ext = {x: spec.extent(x) for x in (*cls.H, *cls.FA, *cls.FB, *cls.P)}
     sa, sb, sd = _strides(spec.a), _strides(spec.b), _strides(spec.d)
     free = [x for x in (*cls.FA, *cls.FB) if ext[x] > 1]
+    inner = _fuse(cls.P, ext, [sa, sb])  # the same whatever is looped over
+    if inner is None:
+        return ()
     found: list[ViewGemm] = []
     for size in range(min(MAX_LOOPED, len(free)) + 1):
+        if found:
+            break
         for looped in itertools.combinations(free, size):
             fa = [x for x in cls.FA if x not in looped]
             fb = [x for x in cls.FB if x not in looped]
             rows = _fuse(fa, ext, [sa, sd])
-            cols = _fuse(fb, ext, [sb, sd])
-            inner = _fuse(cls.P, ext, [sa, sb])
-            if rows is None or cols is None or inner is None:
+            cols = _fuse(fb, ext, [sb, sd]) if rows is not None else None
+            if rows is None or cols is None:
                 continue
             m, n, k = (prod(ext[x] for x in g) for g in (fa, fb, cls.P))
             (ra, rd), (cb, cd), (ka, kb) = rows[1], cols[1], inner[1]

@@ -34,18 +34,20 @@ from pytapp.analysis.cost import (
     ttgt_seconds,
     view_gemm_seconds,
 )
+from pytapp.analysis.program import TTGT_MAX_FLOPS, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile
 from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.executor import Executor
+from pytapp.kernels import program as compiled_programs
 from pytapp.machine import Machine
 from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
-__all__ = ["CANDIDATES", "AutoBackend", "AutoPlan", "call_overheads"]
+__all__ = ["CANDIDATES", "AutoBackend", "AutoPlan", "CompiledPlan", "call_overheads"]
 
 _log = logging.getLogger("pytapp")
 
@@ -56,7 +58,10 @@ _lock = threading.Lock()
 
 
 def _key(spec: ContractionSpec) -> str:
-    return hashlib.sha1(repr(spec).encode()).hexdigest()
+    """Return the product's key in the wisdom file: what defines it, the same in every process."""
+    parts = tuple((int(op.datatype), int(op.op), op.labels, op.extents, op.strides)
+                  for op in spec.operands)
+    return hashlib.sha1(repr((parts, int(spec.prec), spec.allow_broadcast)).encode()).hexdigest()
 
 
 #: Small contraction sizes where TBLIS (no explicit transposition) beats TTGT ...
@@ -78,6 +83,10 @@ CONVERT_SECONDS = 1e-9
 #: Round-robin rounds of timed runs while tuning (the best of each candidate's runs counts).
 TUNE_ROUNDS = 3
 _LOW = frozenset({Datatype.F16, Datatype.BF16})
+#: Products of at most this many flops that the compiled executor runs are not priced: the
+#: executor's call costs a microsecond where another library's dispatch costs tens, and what
+#: a faster kernel could save is less than what planning the candidates costs (a millisecond).
+COMPILED_MAX_FLOPS = TTGT_MAX_FLOPS
 
 
 _overheads: dict[str, float] = {}
@@ -392,6 +401,77 @@ class AutoPlan:
         return status
 
 
+class CompiledPlan:
+    """auto's plan of a small product the compiled executor runs: blas, planned when needed.
+
+    Nothing is priced and nothing is timed (:data:`COMPILED_MAX_FLOPS`). The executor runs
+    every call whose operands have the descriptors' layouts; blas's own plan, for operands
+    laid out otherwise, is made on the first call that needs it. Until then
+    :attr:`workspace_bytes` is an upper bound of what blas could allocate (copies of A, B and
+    D, and C converted); :meth:`settle` makes the blas plan and the workspace exact.
+    """
+
+    compiled = True
+    choice = "blas"
+    tuned = True
+    predicted: dict[str, float] = {}  # noqa: RUF012 - read-only, never priced
+    measured: dict[str, float] = {}  # noqa: RUF012
+
+    def __init__(self, spec: ContractionSpec, blas: Backend, executor: Executor | None) -> None:
+        self.spec, self._backend, self._executor = spec, blas, executor
+        self._plan: BackendPlan | None = None
+        self._lock = threading.Lock()
+        item = max(op.datatype.numpy_dtype.itemsize for op in spec.operands)
+        self._bound = item * (spec.a.size + spec.b.size + 2 * spec.d.size)
+
+    def settle(self) -> BackendPlan:
+        """Return blas's plan of the product, made on the first call."""
+        plan = self._plan
+        if plan is None:
+            with self._lock:
+                if self._plan is None:
+                    self._plan = self._backend.plan(self.spec, self._executor)
+                plan = self._plan
+        return plan
+
+    @property
+    def algorithm(self) -> str:
+        """``auto -> blas: what blas does``."""
+        return "auto -> blas: " + self.settle().algorithm
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Return the workspace of blas's plan once settled, else the upper bound."""
+        plan = self._plan
+        return self._bound if plan is None else int(getattr(plan, "workspace_bytes", 0))
+
+    def explain(self) -> str:
+        """Return the choice and why nothing was priced."""
+        return (f"auto chose blas: {self.settle().algorithm} (a compiled program of at most "
+                f"{COMPILED_MAX_FLOPS} flops: not priced, not timed)")
+
+    def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
+        """Run blas's plan (operands the compiled program does not take)."""
+        status = self.settle().run(bound, executor)
+        status.algorithm = "auto -> blas: " + status.algorithm
+        return status
+
+    def release(self) -> None:
+        """Release blas's plan, when one was made."""
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            plan.release()
+
+
+def _compiled_only(spec: ContractionSpec) -> bool:
+    """Whether ``spec`` is small and lowers to a program the executor runs as it is."""
+    if spec.flops > COMPILED_MAX_FLOPS or not compiled_programs.available():
+        return False
+    gemm = compiled_programs.blas_available()
+    lowered = lower(spec, gemm=gemm)
+    return lowered is not None
+
+
 class AutoBackend(Stateless):
     """Chooses among the available backends per plan."""
 
@@ -402,10 +482,18 @@ class AutoBackend(Stateless):
         """Report availability: always (blas and reference always are)."""
         return True, ""
 
-    def plan(self, spec: ContractionSpec, executor: Executor | None) -> AutoPlan:
+    def plan(self, spec: ContractionSpec, executor: Executor | None
+             ) -> AutoPlan | CompiledPlan:
         """Pick by this machine's wisdom, else by the cost model; plan on that backend."""
         from pytapp import backends
 
+        key = _key(spec)
+        known = wisdom.lookup("product", key)
+        remembered = known.get("choice") if isinstance(known, dict) else None
+        if remembered is None and _compiled_only(spec):
+            blas = backends.get("blas")
+            if blas.capabilities.unsupported_reason(spec) is None:
+                return CompiledPlan(spec, blas, executor)
         candidates: dict[str, Backend] = {}
         for name in CANDIDATES:
             try:
@@ -418,8 +506,6 @@ class AutoBackend(Stateless):
             backends.get("blas").capabilities.require(spec, self.name)
             raise error_for(ErrorCode.UNSUPPORTED,
                             f"no backend can run {spec.einsum()}; see pytapp backends")
-        known = wisdom.lookup("product", _key(spec))
-        remembered = known.get("choice") if isinstance(known, dict) else None
         profile = None
         planned: dict[str, BackendPlan] = {}
         if "blas" in candidates:

@@ -44,6 +44,13 @@ try:  # by name: the package root is a higher layer than the kernels
 except ImportError:  # a source tree used without building: the Python plans run everything
     _cexec = None
 
+if _cexec is not None:
+    # An input whose chain of bases ends in a buffer exporter is bounded by that buffer, except
+    # for ctypes objects (one laid over a pointer has no known allocation): pytapp.allocation
+    # follows their chains in Python.
+    _cexec.set_untrusted((ctypes.Array, ctypes.Structure, ctypes.Union, ctypes._Pointer,
+                          ctypes._SimpleCData))
+
 _lock = threading.Lock()
 _blas_state: bool | None = None
 #: CBLAS GEMM symbol spellings, ILP64 first: (prefix, suffix, ILP64).
