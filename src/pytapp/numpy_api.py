@@ -34,6 +34,7 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
+from pytapp.direct import PLAN_AFTER, MatmulPair, matmul_pair
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -168,7 +169,7 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     layout_key: tuple[Any, ...] | None = None
     if (out is None and order == "K" and casting == "safe" and operands
             and type(operands[0]) is str
-            and all(type(x) is np.ndarray and x.flags.c_contiguous for x in operands[1:])):
+            and all(type(x) is np.ndarray for x in operands[1:])):
         inputs = operands[1:]
         # an explicit path (a list) as a tuple: a reused path hits these caches too
         opt = path_key(optimize)
@@ -183,19 +184,27 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
             if found is not None:
                 return found[()] if found.ndim == 0 else found
         if layout_key is not None:
+            # C-contiguous inputs: one expression for every dtype; other layouts decide the
+            # result's layout (order="K"), so they are part of the key
             thin_key = (operands[0], opt, memory_limit, backend, dtype,
-                        *(x.shape for x in inputs))
+                        *(x.shape for x in inputs)) if all(
+                x.flags.c_contiguous for x in inputs) else layout_key
             cached = _thin.get(thin_key)
             if cached is not None:
                 found = cached._fast_numpy(inputs)
                 if found is not None:
                     return found
+            else:
+                pair = _pairs.get(layout_key)
+                if pair is not None and _seen(layout_key) <= PLAN_AFTER:
+                    found = pair(*inputs)
+                    return found[()] if found.ndim == 0 else found
     subs, ops = _normalize(operands)
     layout, casting, want = _options(order, casting, dtype)
     if any(_is_foreign(x) for x in ops):
-        lazy = next((x for x in ops if _is_lazy(x)), None)
+        lazy = next((f for f in (_lazy_function("einsum", x) for x in ops) if f), None)
         if lazy is not None and out is None:
-            return _library_call("einsum", lazy, subs, *ops)
+            return lazy(subs, *ops)
         return _numpy_einsum(subs, ops, out, optimize, want, layout, casting)
     if backend in _TORCH_CALLS and any(is_torch(x) for x in ops) and _torch_datatypes(ops):
         return _torch_calls()(subs, ops, out=out, optimize=optimize, memory_limit=memory_limit,
@@ -244,6 +253,20 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     if folded is not None:
         subs, arrays = folded
         ops = arrays if like is None else [torch_view(a) for a in arrays]
+    if (layout_key is not None and folded is None and target is None and final is tapp
+            and len(arrays) == 2 and arrays[0].dtype == tapp.numpy_dtype
+            and layout_key not in _pairs and backend_name_of(backend) in ("auto", "blas")
+            and _allocate(shape, tapp, layout, equation, arrays) is None):
+        pair = matmul_pair(equation, arrays[0], arrays[1])
+        if pair is not None:  # seen once: not worth a plan yet (pytapp.direct)
+            with _thin_lock:
+                if len(_pairs) >= 4 * THIN_CACHE_SIZE:
+                    _pairs.clear()
+                    _sightings.clear()
+                _pairs[layout_key] = pair
+            _seen(layout_key)
+            found = pair(arrays[0], arrays[1])
+            return found[()] if found.ndim == 0 else found
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, want)
     if target is not None and target.shape == shape and target.dtype == tapp.numpy_dtype:
         expr(*ops, out=target)
@@ -284,6 +307,20 @@ def _lacks(name: str, dt: Datatype) -> bool:
         return dt not in backends.get(name).capabilities.datatypes
     except TappError:
         return False  # an unknown backend: the product's creation reports it
+
+
+#: Raw arguments with the operands' layouts -> the product as a matmul (pytapp.direct), for
+#: its first PLAN_AFTER calls, and those calls so far.
+_pairs: dict[Any, Any] = {}
+_sightings: dict[Any, int] = {}
+
+
+def _seen(key: Any) -> int:
+    """Count one more call of ``key`` and return the count."""
+    with _thin_lock:
+        count = _sightings.get(key, 0) + 1
+        _sightings[key] = count
+    return count
 
 
 def backend_name_of(backend: BackendName | None) -> str:
@@ -357,20 +394,21 @@ def _is_foreign(x: Any) -> bool:
     return not readable and hasattr(x, "shape")
 
 
-def _is_lazy(x: Any) -> bool:
-    """Whether ``x`` is a duck-typed array numpy cannot dispatch and autoray is loaded.
+def _lazy_function(name: str, x: Any) -> Any:
+    """Return ``name`` of ``x``'s own library when numpy cannot dispatch ``x``, else ``None``.
 
-    autoray's lazy arrays (quimb traces contractions with them, and cotengra hands them to
-    the functions of its ``implementation=`` hook) have no ``__array_function__``: numpy
-    would read each as one object element.
+    autoray's lazy arrays (quimb traces contractions with them, and cotengra hands them to the
+    functions of its ``implementation=`` hook) have no ``__array_function__``: numpy would
+    read each as one object element. When autoray is loaded and knows ``x``'s library, its
+    function is the one to call.
     """
-    return ("autoray" in sys.modules and _is_foreign(x)
-            and not hasattr(x, "__array_function__"))
-
-
-def _library_call(name: str, like: Any, *args: Any) -> Any:
-    """Call ``name`` of ``like``'s own library through autoray's dispatch (see :func:`_is_lazy`)."""
-    return sys.modules["autoray"].do(name, *args, like=like)
+    autoray = sys.modules.get("autoray")
+    if autoray is None or not _is_foreign(x) or hasattr(x, "__array_function__"):
+        return None
+    try:
+        return autoray.get_lib_fn(autoray.infer_backend(x), name)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return None  # a library autoray does not know: numpy's function
 
 
 def _plain_numpy(x: Any, role: str) -> np.ndarray:
@@ -683,10 +721,24 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     >>> tensordot(np.ones((2, 3)), np.ones((3, 4)), axes=1).shape
     (2, 4)
     """
+    key: Any = None
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        try:
+            key = (a.shape, b.shape, a.dtype.num, b.dtype.num, _axes_key(axes),
+                   backend_name_of(backend))
+            call = _tensordot_calls.get(key)
+        except (TypeError, ValueError):  # malformed axes: the general path says what is wrong
+            call = key = None
+        if call is not None:
+            if call.pair is not None and call.calls < PLAN_AFTER:  # pytapp.direct
+                call.calls += 1
+                return call.pair(a, b)
+            result = einsum(call.subscripts, a, b, backend=backend)
+            return np.asarray(result) if isinstance(result, np.generic) else result
     if _is_foreign(a) or _is_foreign(b):
-        lazy = a if _is_lazy(a) else b if _is_lazy(b) else None
+        lazy = _lazy_function("tensordot", a) or _lazy_function("tensordot", b)
         if lazy is not None:
-            return _library_call("tensordot", lazy, a, b, axes)
+            return lazy(a, b, axes)
         return np.tensordot(a, b, axes)
     if not hasattr(a, "shape"):
         a = _plain_numpy(a, "a")
@@ -707,8 +759,40 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     for i, j in zip(ax_a, ax_b, strict=True):
         lb[j] = la[i]
     out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
-    result = einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b, backend=backend)
+    subscripts = f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
+    if key is not None:
+        pair = matmul_pair(parse_subscripts(subscripts, [na, nb]), a, b) if key[-1] in (
+            "auto", "blas") else None
+        with _thin_lock:
+            if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
+                _tensordot_calls.clear()
+            _tensordot_calls[key] = _TensordotCall(subscripts, pair, 1 if pair else 0)
+        if pair is not None:
+            return pair(a, b)
+    result = einsum(subscripts, a, b, backend=backend)
     return np.asarray(result) if isinstance(result, np.generic) else result
+
+
+@dataclasses.dataclass
+class _TensordotCall:
+    """A checked tensordot call: its einsum, and its matmul (pytapp.direct) with its calls."""
+
+    subscripts: str
+    pair: MatmulPair | None
+    calls: int
+
+
+#: (shapes, dtypes, axes, backend) of a checked tensordot call -> what runs it.
+_tensordot_calls: dict[Any, _TensordotCall] = {}
+
+
+def _axes_key(axes: Any) -> Any:
+    """Return ``axes`` as a hashable value (raises when it is not a count or two sequences)."""
+    if type(axes) is int:
+        return axes
+    first, second = axes
+    return (first if type(first) is int else tuple(first),
+            second if type(second) is int else tuple(second))
 
 
 def transpose(a: ArrayLike, axes: Sequence[int] | None = None, *,
@@ -732,9 +816,15 @@ def transpose(a: ArrayLike, axes: Sequence[int] | None = None, *,
     ((3, 2), True)
     """
     del backend  # a view: nothing runs
+    if type(a) is np.ndarray:
+        try:  # numpy's own checks; its errors become TAPP errors below
+            return a.transpose() if axes is None else a.transpose(axes)
+        except (TypeError, ValueError, IndexError):
+            pass
     if _is_foreign(a):
-        if _is_lazy(a):
-            return _library_call("transpose", a, a, axes)
+        lazy = _lazy_function("transpose", a)
+        if lazy is not None:
+            return lazy(a, axes)
         return np.transpose(a, axes)
     data: Any = a if is_torch(a) or isinstance(a, np.ndarray) else _plain_numpy(a, "a")
     n = _ndim(data)

@@ -232,6 +232,10 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     return "blas" if "blas" in capable else capable[0]
 
 
+#: PYTAPP_AUTOTUNE values that time every product at its first execution.
+_ALWAYS = ("1", "on", "always")
+
+
 def _tune_policy() -> str:
     return os.environ.get("PYTAPP_AUTOTUNE", "auto").strip().lower() or "auto"
 
@@ -370,7 +374,7 @@ class AutoPlan:
         policy = self._policy
         if policy in ("0", "off", "never") or len(self._timed) < 2:
             return False
-        if (executor is not None and executor.autotune) or policy in ("1", "on", "always"):
+        if (executor is not None and executor.autotune) or policy in _ALWAYS:
             return True
         budget = self.budget
         if budget.runs < wisdom.MIN_RUNS:
@@ -420,6 +424,7 @@ class CompiledPlan:
     def __init__(self, spec: ContractionSpec, blas: Backend, executor: Executor | None) -> None:
         self.spec, self._backend, self._executor = spec, blas, executor
         self._plan: BackendPlan | None = None
+        self._priced: AutoPlan | None = None  # made when an executor asks to autotune
         self._lock = threading.Lock()
         item = max(op.datatype.numpy_dtype.itemsize for op in spec.operands)
         self._bound = item * (spec.a.size + spec.b.size + 2 * spec.d.size)
@@ -451,16 +456,29 @@ class CompiledPlan:
                 f"{COMPILED_MAX_FLOPS} flops: not priced, not timed)")
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
-        """Run blas's plan (operands the compiled program does not take)."""
+        """Run blas's plan (operands the compiled program does not take).
+
+        An executor asking to autotune gets what it asks: every capable backend is planned
+        and timed (:class:`AutoPlan`), and that plan serves the executors from then on.
+        """
+        if self._priced is None and executor is not None and executor.autotune:
+            with self._lock:
+                if self._priced is None:
+                    self._priced = AutoBackend().priced(self.spec, executor)
+        if self._priced is not None:
+            return self._priced.run(bound, executor)
         status = self.settle().run(bound, executor)
         status.algorithm = "auto -> blas: " + status.algorithm
         return status
 
     def release(self) -> None:
-        """Release blas's plan, when one was made."""
+        """Release blas's plan, and the priced plan, when they were made."""
         plan, self._plan = self._plan, None
+        priced, self._priced = self._priced, None
         if plan is not None:
             plan.release()
+        if priced is not None:
+            priced.release()
 
 
 def _compiled_only(spec: ContractionSpec) -> bool:
@@ -487,13 +505,20 @@ class AutoBackend(Stateless):
         """Pick by this machine's wisdom, else by the cost model; plan on that backend."""
         from pytapp import backends
 
-        key = _key(spec)
-        known = wisdom.lookup("product", key)
+        known = wisdom.lookup("product", _key(spec))
         remembered = known.get("choice") if isinstance(known, dict) else None
-        if remembered is None and _compiled_only(spec):
+        if (remembered is None and _tune_policy() not in _ALWAYS and _compiled_only(spec)
+                and not (executor is not None and executor.autotune)):
             blas = backends.get("blas")
             if blas.capabilities.unsupported_reason(spec) is None:
                 return CompiledPlan(spec, blas, executor)
+        return self.priced(spec, executor, remembered)
+
+    def priced(self, spec: ContractionSpec, executor: Executor | None,
+               remembered: object = None) -> AutoPlan:
+        """Plan on the remembered choice, else the cost model's, among every capable backend."""
+        from pytapp import backends
+
         candidates: dict[str, Backend] = {}
         for name in CANDIDATES:
             try:

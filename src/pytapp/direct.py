@@ -1,0 +1,101 @@
+"""Two-operand einsums seen a few times: one matmul on reshaped views, without a plan.
+
+Planning a product (its spec, the backend's choice, the compiled program) costs a few hundred
+microseconds of Python; a plan repays that only over many calls. Code that contracts many
+distinct shapes a few times each (DMRG sweeps with growing bonds, tensor-network contractions
+whose intermediates change shape) would spend most of its time planning. So
+:func:`pytapp.einsum` runs the first :data:`PLAN_AFTER` calls of a plain two-operand product
+of a given layout as NumPy's own ``tensordot`` does: transpose, reshape and one ``matmul``
+(BLAS), remembered per layout, and plans it (and compiles it into a chain) on the next call.
+Only small products (:data:`DIRECT_MAX_FLOPS`) of one native datatype qualify: larger ones are
+planned at once, where planning costs nothing next to the arithmetic.
+
+Examples
+--------
+>>> import numpy as np
+>>> from pytapp.analysis.subscripts import parse_subscripts
+>>> eq = parse_subscripts("bij,bjk->bki", [3, 3])
+>>> a, b = np.ones((2, 3, 4)), np.ones((2, 4, 5))
+>>> pair = matmul_pair(eq, a, b)
+>>> pair(a, b).shape, pair(a, b)[0, 0, 0].item()
+((2, 5, 3), 4.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from pytapp.analysis.subscripts import Equation
+
+__all__ = ["DIRECT_MAX_FLOPS", "PLAN_AFTER", "MatmulPair", "matmul_pair"]
+
+#: Calls of one two-operand product (equation, shapes, layouts) that run as a matmul before
+#: it is planned: a plan saves microseconds per call and costs hundreds to make.
+PLAN_AFTER = 16
+#: Largest product (flops) run as a matmul without a plan.
+DIRECT_MAX_FLOPS = 1 << 24
+_NATIVE = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
+                     np.dtype(np.complex128)})
+
+
+@dataclass(frozen=True)
+class MatmulPair:
+    """One two-operand product as a (batched) matmul: the transposes and reshapes it needs.
+
+    Called with operands of the shapes it was made for, it returns the result in C order.
+    """
+
+    perm_a: tuple[int, ...]
+    perm_b: tuple[int, ...]
+    dims_a: tuple[int, int, int]
+    dims_b: tuple[int, int, int]
+    shape: tuple[int, ...]
+    perm_out: tuple[int, ...]
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Return the product of ``a`` and ``b``."""
+        product: np.ndarray = np.matmul(a.transpose(self.perm_a).reshape(self.dims_a),
+                                        b.transpose(self.perm_b).reshape(self.dims_b))  # k=0: 0
+        result = product.reshape(self.shape).transpose(self.perm_out)
+        return result if result.flags.c_contiguous else result.copy(order="C")
+
+
+def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair | None:
+    """Return ``einsum(equation, a, b)`` as one (batched) matmul, or ``None``.
+
+    ``None`` when the product is not plain: a label repeated within an operand, a label
+    summed in one operand only, extents that differ (size-1 broadcasting), datatypes that
+    differ or are not F32, F64, C64 or C128, or more than :data:`DIRECT_MAX_FLOPS` flops.
+    Labels in both operands and the output are the batch, labels in both operands only are
+    summed, the others are the rows and columns.
+    """
+    if a.dtype != b.dtype or a.dtype not in _NATIVE:
+        return None
+    ta, tb = equation.inputs
+    out = equation.output
+    if len(set(ta)) != len(ta) or len(set(tb)) != len(tb) or len(set(out)) != len(out):
+        return None
+    ea, eb = dict(zip(ta, a.shape, strict=True)), dict(zip(tb, b.shape, strict=True))
+    batch = [x for x in out if x in ea and x in eb]
+    rows = [x for x in out if x in ea and x not in eb]
+    cols = [x for x in out if x in eb and x not in ea]
+    summed = [x for x in ta if x in eb and x not in out]
+    if (len(batch) + len(rows) + len(cols) != len(out)
+            or len(batch) + len(rows) + len(summed) != len(ta)
+            or len(batch) + len(cols) + len(summed) != len(tb)
+            or any(ea[x] != eb[x] for x in (*batch, *summed))):
+        return None
+    nb, m = prod(ea[x] for x in batch), prod(ea[x] for x in rows)
+    n, k = prod(eb[x] for x in cols), prod(ea[x] for x in summed)
+    if 2 * nb * m * n * max(k, 1) > DIRECT_MAX_FLOPS:
+        return None
+    labels = (*batch, *rows, *cols)
+    return MatmulPair(
+        perm_a=tuple(ta.index(x) for x in (*batch, *rows, *summed)),
+        perm_b=tuple(tb.index(x) for x in (*batch, *summed, *cols)),
+        dims_a=(nb, m, k), dims_b=(nb, k, n),
+        shape=tuple(ea[x] if x in ea else eb[x] for x in labels),
+        perm_out=tuple(labels.index(x) for x in out))
