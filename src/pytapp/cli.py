@@ -439,6 +439,35 @@ def _cmd_bench_cc(args: argparse.Namespace) -> int:
     return 1 if any(e > 1e-10 for e in result.errors.values()) else 0
 
 
+def _cmd_bench_dmrg(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytapp.bench import dmrg
+
+    callback, bar = _progress_printer()
+    rounds = max(args.repeats, 1)
+    sites = 10 if args.quick else 32
+    with bar:
+        total = rounds * len(dmrg.MODES)
+        done = iter(range(total))
+        from pytapp.bench.harness import thread_limits
+
+        with thread_limits(args.threads):
+            result = dmrg.run_dmrg(sites=sites, rounds=rounds,
+                                   progress=lambda what: callback(what, next(done), total))
+    print(dmrg.dmrg_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dmrg.dmrg_json(result), indent=1))
+        print(f"wrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(dmrg.dmrg_markdown(result))
+        print(f"wrote {args.markdown}")
+    numpy_energy = result.energy.get("numpy")
+    wrong = numpy_energy is not None and any(
+        abs(e - numpy_energy) > 1e-10 for e in result.energy.values())
+    return 1 if wrong else 0
+
+
 def _cmd_bench_torch(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -467,6 +496,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.suite == "cc":
         return _cmd_bench_cc(args)
+    if args.suite == "dmrg":
+        return _cmd_bench_dmrg(args)
     if args.suite == "torch":
         return _cmd_bench_torch(args)
     if args.suite == "targets":
@@ -708,7 +739,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "(pytapp.dask against dask.array.einsum on a LocalCluster), cc (a "
                         "coupled-cluster-like loop: ~30 contractions x 20 iterations, default "
                         "backend against each backend forced, numpy.einsum and pytblis; "
-                        "--repeats rounds), or "
+                        "--repeats rounds), dmrg (quimb's DMRG on NumPy against quimb "
+                        "routed to pytapp through autoray's registry and cotengra's hook; "
+                        "--repeats rounds, --quick: 10 sites), or "
                         "targets (per-call overhead, GEMM-shaped products against the flat "
                         "matmul, permutations, cold start), or torch (pytapp.einsum "
                         "against torch.einsum on torch tensors, forward and backward)")

@@ -315,6 +315,21 @@ _pairs: dict[Any, Any] = {}
 _sightings: dict[Any, int] = {}
 
 
+def forget_calls() -> None:
+    """Forget the calls einsum and tensordot remembered (their thin paths start afresh).
+
+    For benchmarks that time planning as a new process would pay it; plans themselves are
+    dropped by :func:`pytapp.clear_plan_cache`.
+
+    Examples
+    --------
+    >>> forget_calls()
+    """
+    with _thin_lock:
+        for cache in (_thin, _chains, _pairs, _sightings, _tensordot_calls):
+            cache.clear()
+
+
 def _seen(key: Any) -> int:
     """Count one more call of ``key`` and return the count."""
     with _thin_lock:
