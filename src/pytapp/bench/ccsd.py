@@ -6,9 +6,9 @@ integrals and intermediates over ``o`` occupied and ``v`` virtual orbitals; oper
 in a loop, by every contender: ``pytapp.einsum`` on the default backend, ``pytapp.einsum``
 with each single backend forced, ``numpy.einsum(optimize=True)`` and ``pytblis.einsum``.
 Contenders are interleaved in rounds (each round runs every contender's whole loop once, in
-shuffled order; pytapp's plan caches are cleared before each of its loops, so planning and
-any tuning count); the minimum over rounds is kept. Each result is checked against
-numpy.einsum in float64.
+shuffled order; pytapp's plan caches and remembered calls are cleared before each of its
+loops, so planning and any tuning count); the minimum over rounds is kept. Each result is
+checked against numpy.einsum in float64.
 
 Examples
 --------
@@ -135,6 +135,7 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
 def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
          progress: Callable[[str], None] | None) -> CcResult:
     import pytapp
+    from pytapp.numpy_api import forget_calls
 
     o, v = _sizes(size)
     work = _operands(o, v)
@@ -155,6 +156,7 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
                 progress(f"round {r + 1}: {name}")
             if name.startswith("pytapp"):
                 pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
+                forget_calls()
             fn = calls[name]
             terms = dict.fromkeys((eq for eq, _ in work), 0.0)
             got: list[Any] = []
