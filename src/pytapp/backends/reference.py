@@ -15,11 +15,18 @@ partial sum to F16); complex products are ``(ac - bd) + (ad + bc)i`` without fus
 The loops over the elements of D are independent of each other, so they are vectorised with
 NumPy (in chunks); the loops over contracted and isolated labels stay sequential, so every
 element sees exactly the operations above in exactly that order.
+
+One exception keeps long sums accurate: a sum of more than 128 terms (the contracted indices,
+or the isolated indices of one operand) is added pairwise instead of one term after the other.
+Runs of 8 consecutive terms are summed in order, the runs' sums are added in a balanced binary
+tree (adjacent pairs, level by level), and the tree's total is added to ``acc`` (or to +0), so
+the rounding error grows with log2 of the length rather than with the length (numpy.sum's
+error is of the same kind). Sums of at most 128 terms keep the order above exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from math import prod
 from typing import Any
 
@@ -39,6 +46,10 @@ Label = Hashable
 Value = tuple[np.ndarray, np.ndarray | None]
 #: How many (D element, contracted index) pairs one vectorised step holds.
 _CHUNK = 1 << 18
+#: Sums of at most this many terms are added in order; longer ones pairwise (see _sum).
+_IN_ORDER = 128
+#: Pairwise summation adds runs of this many consecutive terms in order.
+_RUN = 8
 
 
 def _mul(x: Value, y: Value) -> Value:
@@ -53,6 +64,43 @@ def _add(x: Value, y: Value) -> Value:
     if b is None or d is None:
         return a + c, None
     return a + c, b + d
+
+
+def _sum(start: Value, term: Callable[[int], Value], n: int) -> Value:
+    """Return ``start + (term(0) + ... + term(n - 1))``, pairwise when ``n > _IN_ORDER``.
+
+    Up to ``_IN_ORDER`` terms: ``((start + term(0)) + term(1)) + ...``, one after the other.
+    Beyond: runs of ``_RUN`` consecutive terms are summed in order, and the runs' sums in a
+    balanced binary tree, pairs of neighbours level by level (a lone last sum moves up a level
+    unchanged). The tree is built as the runs arrive: ``partial`` holds at most one sum per
+    level, and a new sum merges with the one of its level like a carry in binary counting, so
+    at most log2(n) sums are held. Left over at the end is one sum per set bit of the number
+    of runs, largest first; they are added from the last (the same totals as level by level).
+    """
+    if n <= _IN_ORDER:
+        for t in range(n):
+            start = _add(start, term(t))
+        return start
+    partial: list[tuple[int, Value]] = []  # (level, sum of 2**level consecutive runs)
+    for first in range(0, n, _RUN):
+        run = term(first)
+        for t in range(first + 1, min(n, first + _RUN)):
+            run = _add(run, term(t))
+        level = 0
+        while partial and partial[-1][0] == level:
+            run = _add(partial.pop()[1], run)
+            level += 1
+        partial.append((level, run))
+    total = partial.pop()[1]
+    while partial:
+        total = _add(partial.pop()[1], total)
+    return _add(start, total)
+
+
+def _column(terms: Value) -> Callable[[int], Value]:
+    """Column ``k`` of a block of (D element x contracted index) values, as a function of k."""
+    re, im = terms
+    return lambda k: (re[:, k], None if im is None else im[:, k])
 
 
 def _scalar(value: Any, rule: ComputeRule) -> Value:
@@ -150,14 +198,15 @@ class ReferencePlan(Stateless):
         p_idx: dict[Label, np.ndarray],
         shape: tuple[int, int],
     ) -> Value:
-        """Sum the isolated labels in order: sX = +0 + sum of op_X(X)."""
+        """Sum the isolated labels: sX = +0 + sum of op_X(X) (pairwise when long, see _sum)."""
         rule = self.rule
         iso_idx = self._tuples(iso_extents, iso_labels)
-        total: Value = _zero(shape, rule)
-        for t in range(prod(iso_extents)):
+
+        def term(t: int) -> Value:
             raw = self._gather(view, spec, d_idx, p_idx, iso_idx, t, shape)
-            total = _add(total, _load(raw, spec, rule))
-        return total
+            return _load(raw, spec, rule)
+
+        return _sum(_zero(shape, rule), term, prod(iso_extents))
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Compute D in place of ``bound.d``."""
@@ -187,9 +236,7 @@ class ReferencePlan(Stateless):
                 shape = (rows, n_p)
                 s_a = self._reduce(bound.a, spec.a, cls.IA, self.ia_extents, d_idx, p_idx, shape)
                 s_b = self._reduce(bound.b, spec.b, cls.IB, self.ib_extents, d_idx, p_idx, shape)
-                term = _mul(_mul(alpha, s_a), s_b)
-                for k in range(n_p):
-                    acc = _add(acc, (term[0][:, k], None if term[1] is None else term[1][:, k]))
+                acc = _sum(acc, _column(_mul(_mul(alpha, s_a), s_b)), n_p)
             self._store(bound.d, acc, d_idx, rows)
         return Status(backend="reference", algorithm=self.algorithm, flops=spec.flops)
 
