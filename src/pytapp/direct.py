@@ -37,6 +37,9 @@ __all__ = ["DIRECT_MAX_FLOPS", "PLAN_AFTER", "MatmulPair", "matmul_pair"]
 PLAN_AFTER = 16
 #: Largest product (flops) run as a matmul without a plan.
 DIRECT_MAX_FLOPS = 1 << 24
+#: Longest dot product (rows and columns of one element) run as a matmul: BLAS adds a long
+#: dot into a few running sums, less accurately than numpy.einsum's pairwise sums.
+LONG_DOT = 1 << 14
 _NATIVE = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
                      np.dtype(np.complex128)})
 
@@ -68,7 +71,8 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
 
     ``None`` when the product is not plain: a label repeated within an operand, a label
     summed in one operand only, extents that differ (size-1 broadcasting), datatypes that
-    differ or are not F32, F64, C64 or C128, or more than :data:`DIRECT_MAX_FLOPS` flops.
+    differ or are not F32, F64, C64 or C128, more than :data:`DIRECT_MAX_FLOPS` flops, or
+    dots longer than :data:`LONG_DOT`.
     Labels in both operands and the output are the batch, labels in both operands only are
     summed, the others are the rows and columns.
     """
@@ -90,8 +94,8 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
         return None
     nb, m = prod(ea[x] for x in batch), prod(ea[x] for x in rows)
     n, k = prod(eb[x] for x in cols), prod(ea[x] for x in summed)
-    if 2 * nb * m * n * max(k, 1) > DIRECT_MAX_FLOPS:
-        return None
+    if 2 * nb * m * n * max(k, 1) > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
+        return None  # large, or long dots (the plan adds those in blocks, pairwise)
     labels = (*batch, *rows, *cols)
     return MatmulPair(
         perm_a=tuple(ta.index(x) for x in (*batch, *rows, *summed)),
