@@ -22,11 +22,13 @@ import pytest
 import pytapp
 from pytapp import Datatype, Handle, TensorInfo, TensorProduct
 
-BACKENDS = [name for name in ("reference", "tblis")
+BACKENDS = [name for name in ("reference", "tblis", "blas", "auto")
             if pytapp.available_backends().get(name, (False, ""))[0]]
 #: Terms per sum: the reference loops in Python (slow by design); tblis splits beyond
-#: SPLIT_OVER terms, and a length that is not a multiple of the block exercises the last block.
-LENGTH = {"reference": (1 << 12) + 3, "tblis": (1 << 17) + 3}
+#: SPLIT_OVER terms and blas cuts dots into 2**14: a length that is not a multiple of the
+#: block exercises the last block.
+LENGTH = {"reference": (1 << 12) + 3, "tblis": (1 << 17) + 3, "blas": (1 << 17) + 3,
+          "auto": (1 << 17) + 3}
 DTYPES = [np.float64, np.float32, np.complex128]
 CASES = {"dot": "i,i->", "rows": "ij,ij->i", "isolated": "ij,i->i"}
 ROWS = 3
@@ -125,7 +127,7 @@ def test_long_sum_is_as_accurate_as_numpy(backend: str, dtype: Any, case: str) -
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
 def test_long_dot_of_random_values(backend: str, dtype: Any) -> None:
     """A full dot of uniform random values (10**6 for tblis), as numpy.einsum to an ulp."""
-    n = 10**6 if backend == "tblis" else LENGTH[backend]
+    n = LENGTH[backend] if backend == "reference" else 10**6
     a, b, exact = _case("dot", n, dtype, np.random.default_rng(6), "uniform")
     _check(backend, CASES["dot"], a, b, exact)
 

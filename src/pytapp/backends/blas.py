@@ -471,8 +471,10 @@ class BlasPlan(Stateless):
         copied = 0
         x = self._round(x, spec.datatype)
         conj = spec.conjugates
-        if reduce and x.dtype == self.compute and kernels.supports(x):
-            # Sum the isolated labels straight into the target order, op applied on the way.
+        if (reduce and x.dtype == self.compute and kernels.supports(x)
+                and prod(x.shape[i] for i in reduce) <= DOT_BLOCK):
+            # Sum the isolated labels straight into the target order, op applied on the way
+            # (the kernel adds in order: longer sums go to NumPy's, pairwise along memory).
             kept = [i for i in range(x.ndim) if i not in reduce]
             view = x.transpose([kept[i] for i in perm] + list(reduce))
             out = np.empty(view.shape[:len(kept)], dtype=self.compute)
