@@ -15,13 +15,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import autoray
 import numpy as np
 import pytest
+from autoray import lazy
 
 import pytapp
-
-autoray = pytest.importorskip("autoray")
-lazy = pytest.importorskip("autoray.lazy")
 
 Op = Callable[..., Any]
 
