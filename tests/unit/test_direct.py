@@ -3,7 +3,7 @@
 ``matmul_pair`` on Hypothesis-drawn plain products (batch, row, column and summed labels in
 any order, extents 0 to 4, every native datatype, C-contiguous, permuted and strided operands)
 gives numpy.einsum's result in float64/complex128 (exactly: the data are small integers), as a
-C-contiguous array of the operands' dtype; it declines (``None``) every product that is not
+C-contiguous array of the operands' dtype; it declines (``None``) long dots and every product not
 plain. Through :func:`pytapp.einsum` and :func:`pytapp.tensordot` the first ``PLAN_AFTER``
 calls of one product run the matmul without planning and the next call plans it; every call
 returns the oracle's values in numpy's types (an einsum to 0-d: a NumPy scalar; tensordot: a
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import pytapp
 from pytapp import numpy_api
 from pytapp.analysis.subscripts import Equation, parse_subscripts
-from pytapp.direct import DIRECT_MAX_FLOPS, PLAN_AFTER, MatmulPair, matmul_pair
+from pytapp.direct import DIRECT_MAX_FLOPS, LONG_DOT, PLAN_AFTER, MatmulPair, matmul_pair
 
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 LAYOUTS = ("c", "permuted", "strided", "reversed")
@@ -163,6 +163,24 @@ def test_the_flop_limit_is_inclusive() -> None:
     # no summed label: 2 m n flops, however large the operands' product of extents
     assert _pair("i,j->ij", np.ones(4096), np.ones(2048)) is not None
     assert _pair("i,j->ij", np.ones(4096), np.ones(2049)) is None
+
+
+def test_long_dots_are_left_to_the_plan() -> None:
+    """A dot (one row, one column, per batch) longer than LONG_DOT is declined; a long sum
+    with more rows or columns is a matmul."""
+    n = LONG_DOT
+    assert _pair("i,i->", np.ones(n), np.ones(n)) is not None
+    assert _pair("i,i->", np.ones(n + 1), np.ones(n + 1)) is None
+    assert _pair("bi,bi->b", np.ones((3, n + 1)), np.ones((3, n + 1))) is None
+    assert _pair("ij,ij->", np.ones((2, n)), np.ones((2, n))) is None  # k = 2 n
+    assert _pair("ri,i->r", np.ones((2, n + 1)), np.ones(n + 1)) is not None
+
+
+def test_long_dots_through_einsum_are_planned(counts: Counts) -> None:
+    x = _ints((LONG_DOT + 1,), 19)
+    got = pytapp.einsum("i,i->", x, x)
+    assert type(got) is np.float64 and got == np.dot(x, x)  # integers: exact
+    assert (counts.direct, counts.planned) == (0, 1)
 
 
 def test_equation_objects_and_equal_extents_of_every_class() -> None:
