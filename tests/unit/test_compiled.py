@@ -12,6 +12,9 @@ compiled chain) and one-shot einsum get exact results."""
 
 from __future__ import annotations
 
+import array
+import ctypes
+import mmap
 import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -531,6 +534,126 @@ def test_foreign_memory_inputs_run_compiled_and_d_falls_back(
     status = plan.execute(1.0, alias, b, 0.0, None, d)
     assert not status.algorithm.startswith(COMPILED)
     np.testing.assert_array_equal(d, np.einsum("ik,kj->ij", before, b))
+
+
+def _numba_ones(shape: tuple[int, ...]) -> np.ndarray:
+    """An array numba's runtime allocated (its base a MemInfo, not an ndarray)."""
+    import numba
+
+    @numba.njit(cache=False)
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n)
+
+    return ones(int(np.prod(shape))).reshape(shape)
+
+
+def _in_buffer(owner: Any, x: np.ndarray, offset: int = 0) -> np.ndarray:
+    """``x``'s values in ``owner``'s memory, from ``offset`` bytes on."""
+    view = np.frombuffer(owner, dtype=x.dtype, count=x.size, offset=offset).reshape(x.shape)
+    if view.flags.writeable:
+        view[...] = x
+    return view
+
+
+def _foreign_memory(kind: str, x: np.ndarray, keep: list[Any]) -> np.ndarray:
+    """``x``'s values in memory of ``kind``; ``keep`` holds what must outlive the array."""
+    n = x.nbytes
+    if kind == "bytearray at an offset":
+        return _in_buffer(bytearray(n + 16), x, 8)
+    if kind == "a view into a bytearray's array":
+        flat = _in_buffer(bytearray(n + 16), np.zeros(x.size + 2, x.dtype))
+        view = flat[1:-1].reshape(x.shape)
+        view[...] = x
+        return view
+    if kind == "bytes":
+        return _in_buffer(x.tobytes(), x)
+    if kind == "memoryview slice":
+        return _in_buffer(memoryview(bytearray(n + 24))[8:], x)
+    if kind == "mmap":
+        keep.append(mmap.mmap(-1, n))
+        return _in_buffer(keep[-1], x)
+    if kind == "array.array":
+        return _in_buffer(array.array("d", bytes(n)), x)
+    if kind == "numba":
+        out = _numba_ones(x.shape)
+        out[...] = x
+        return out
+    if kind == "ctypes array":
+        arr = np.ctypeslib.as_array((ctypes.c_double * x.size)()).reshape(x.shape)
+        arr[...] = x
+        return arr
+    if kind == "memoryview of a ctypes array":
+        return _in_buffer(memoryview((ctypes.c_double * x.size)()), x)
+    if kind == "ctypes pointer":
+        buffer = (ctypes.c_double * x.size)()
+        keep.append(buffer)
+        pointer = ctypes.cast(buffer, ctypes.POINTER(ctypes.c_double))
+        arr = np.ctypeslib.as_array(pointer, shape=x.shape)
+        arr[...] = x
+        return arr
+    if kind == "as_strided over mmap":
+        keep.append(mmap.mmap(-1, n))
+        inner = _in_buffer(keep[-1], x)
+        return np.lib.stride_tricks.as_strided(inner, inner.shape, inner.strides)
+    if kind == "as_strided over numba":
+        inner = _numba_ones(x.shape)
+        inner[...] = x
+        return np.lib.stride_tricks.as_strided(inner, inner.shape, inner.strides)
+    raise AssertionError(kind)
+
+
+#: Inputs in memory some buffer exporter bounds: compiled.
+BOUNDED_INPUTS = ("bytearray at an offset", "a view into a bytearray's array", "bytes",
+                  "memoryview slice", "mmap", "array.array", "numba")
+#: Inputs no buffer the executor trusts bounds: the Python plan, with its result or its error.
+UNBOUNDED_INPUTS = {"ctypes array": None, "memoryview of a ctypes array": None,
+                    "ctypes pointer": 19, "as_strided over mmap": None,
+                    "as_strided over numba": None}
+
+
+@pytest.mark.parametrize("role", ["A", "B", "both"])
+@pytest.mark.parametrize("kind", [*BOUNDED_INPUTS, *UNBOUNDED_INPUTS])
+def test_input_memory_owners(kind: str, role: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs whose memory a trusted buffer holds (bytearray, bytes, mmap, array.array,
+    numba's allocations) run compiled, on blas and on auto; ctypes memory and as_strided
+    views fall back with the Python plan's result, or its error (a pointer's memory: 19)."""
+    a, b, ref = _plain()
+    plans = _both(monkeypatch, lambda: _matmul_plan(a, b, np.zeros((4, 3))))
+    keep: list[Any] = []
+
+    def args() -> tuple[Any, ...]:
+        aa = _foreign_memory(kind, a, keep) if role in ("A", "both") else a
+        bb = _foreign_memory(kind, b, keep) if role in ("B", "both") else b
+        return 1.0, aa, bb, 0.0, None, np.zeros((4, 3))
+
+    compiled = kind in BOUNDED_INPUTS
+    code = UNBOUNDED_INPUTS.get(kind)
+    _same_outcome(plans, args, compiled=compiled, code=code,
+                  expect=None if code else ref.real)
+    info = TensorInfo.from_array
+    auto = TensorProduct(Handle("auto"), info(a), "ik", info(b), "kj", None, None,
+                         info(np.zeros((4, 3))), "ij")
+    _, aa, bb, _, _, d = args()
+    if code is not None:
+        with pytest.raises(pytapp.TappError) as err:
+            auto.execute(1.0, aa, bb, 0.0, None, d)
+        assert err.value.code == code and not d.any()
+        return
+    status = auto.execute(1.0, aa, bb, 0.0, None, d)
+    assert status.algorithm.startswith("auto -> blas: compiled") == compiled, status.algorithm
+    np.testing.assert_array_equal(d, ref.real)
+
+
+@pytest.mark.parametrize("kind", ["numba", "mmap"])
+def test_d_in_foreign_memory_falls_back(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D must be memory NumPy allocated (an input can then share it only at D's own
+    addresses): numba's or an mmap's D takes the Python plan, with the same result."""
+    a, b, ref = _plain()
+    plans = _both(monkeypatch, lambda: _matmul_plan(a, b, np.zeros((4, 3))))
+    keep: list[Any] = []
+    _same_outcome(plans, lambda: (1.0, a, b, 0.0, None,
+                                  _foreign_memory(kind, np.full((4, 3), 7.0), keep)),
+                  compiled=False, expect=ref.real)
 
 
 def test_torch_tensors_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
