@@ -173,8 +173,7 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
         inputs = operands[1:]
         # an explicit path (a list) as a tuple: a reused path hits these caches too
         opt = path_key(optimize)
-        layout_key = (operands[0], opt, memory_limit, backend, dtype,
-                      *[(x.shape, x.strides, x.dtype.num) for x in inputs])
+        layout_key = _layout_key(operands[0], inputs, opt, memory_limit, backend, dtype)
         try:
             chain = _chains.get(layout_key)
         except TypeError:  # an unhashable optimizer: the general path, never remembered
@@ -313,6 +312,13 @@ def _lacks(name: str, dt: Datatype) -> bool:
 #: its first PLAN_AFTER calls, and those calls so far.
 _pairs: dict[Any, Any] = {}
 _sightings: dict[Any, int] = {}
+
+
+def _layout_key(subscripts: str, inputs: Sequence[np.ndarray], opt: Any, memory_limit: Any,
+                backend: Any, dtype: Any) -> tuple[Any, ...]:
+    """Return the thin path's key of a call on NumPy arrays: arguments, inputs' layouts."""
+    return (subscripts, opt, memory_limit, backend, dtype,
+            *[(x.shape, x.strides, x.dtype.num) for x in inputs])
 
 
 def forget_calls() -> None:
@@ -745,9 +751,11 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
         except (TypeError, ValueError):  # malformed axes: the general path says what is wrong
             call = key = None
         if call is not None:
-            if call.pair is not None and call.calls < PLAN_AFTER:  # pytapp.direct
-                call.calls += 1
-                return call.pair(a, b)
+            if call.pair is not None:
+                if call.calls < PLAN_AFTER:  # pytapp.direct
+                    call.calls += 1
+                    return call.pair(a, b)
+                _skip_direct(call.subscripts, a, b, backend, call.pair)
             result = einsum(call.subscripts, a, b, backend=backend)
             return np.asarray(result) if isinstance(result, np.generic) else result
     if _is_foreign(a) or _is_foreign(b):
@@ -786,6 +794,16 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
             return pair(a, b)
     result = einsum(subscripts, a, b, backend=backend)
     return np.asarray(result) if isinstance(result, np.generic) else result
+
+
+def _skip_direct(subscripts: str, a: np.ndarray, b: np.ndarray, backend: Any,
+                 pair: MatmulPair) -> None:
+    """Tell einsum these operands ran as a matmul PLAN_AFTER times: its next call plans."""
+    key = _layout_key(subscripts, (a, b), path_key("auto"), None, backend, None)
+    if _sightings.get(key, 0) < PLAN_AFTER:
+        with _thin_lock:
+            _pairs[key] = pair
+            _sightings[key] = PLAN_AFTER
 
 
 @dataclasses.dataclass

@@ -451,7 +451,9 @@ class CompiledPlan:
         return self._bound if plan is None else int(getattr(plan, "workspace_bytes", 0))
 
     def explain(self) -> str:
-        """Return the choice and why nothing was priced."""
+        """Return the choice and why nothing was priced (or, once timed, the candidates)."""
+        if self._priced is not None:
+            return self._priced.explain()
         return (f"auto chose blas: {self.settle().algorithm} (a compiled program of at most "
                 f"{COMPILED_MAX_FLOPS} flops: not priced, not timed)")
 

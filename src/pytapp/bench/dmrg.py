@@ -77,12 +77,27 @@ def _routed(mode: str) -> Iterator[None]:
         hook.set_default_implementation((pytapp.einsum, pytapp.tensordot))
     pytapp.clear_plan_cache()  # a new run: planning counts
     numpy_api.forget_calls()
+    _forget_cotengra_expressions()
     try:
         yield
     finally:
         for name, fn in saved.items():
             autoray.register_function("numpy", name, fn)
         hook.set_default_implementation(saved_impl)
+        _forget_cotengra_expressions()
+
+
+def _forget_cotengra_expressions() -> None:
+    """Empty cotengra's cache of contraction expressions.
+
+    Each expression keeps the implementation that was the default when it was built: without
+    this, a mode would run with the previous mode's functions.
+    """
+    interface = sys.modules.get("cotengra.interface")
+    for name in dir(interface) if interface is not None else ():
+        cache = getattr(interface, name)
+        if name.endswith("_CACHE") and hasattr(cache, "clear"):
+            cache.clear()
 
 
 def _solve(sites: int, bonds: Sequence[int], sweeps: int) -> tuple[float, float]:
