@@ -162,15 +162,28 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         while (!done) {                                                                         \
             T acc = 0;                                                                          \
             if (nl > nout) {                                                                    \
+                /* four running sums: one would wait on each addition's latency */             \
+                T acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;                                       \
                 npy_intp jdx[MAXL] = {0};                                                       \
                 npy_intp q[2] = {o[0], o[1]};                                                   \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
                     const char *pa = A + q[0], *pb = B + q[1];                                  \
-                    for (npy_intp i = 0; i < e_in; ++i)                                         \
-                        acc += *(const T *)(pa + i * sa_in) * *(const T *)(pb + i * sb_in);     \
+                    npy_intp i = 0;                                                             \
+                    for (; i + 4 <= e_in; i += 4) {                                             \
+                        acc0 += *(const T *)(pa + i * sa_in) * *(const T *)(pb + i * sb_in);    \
+                        acc1 += *(const T *)(pa + (i + 1) * sa_in) *                            \
+                                *(const T *)(pb + (i + 1) * sb_in);                             \
+                        acc2 += *(const T *)(pa + (i + 2) * sa_in) *                            \
+                                *(const T *)(pb + (i + 2) * sb_in);                             \
+                        acc3 += *(const T *)(pa + (i + 3) * sa_in) *                            \
+                                *(const T *)(pb + (i + 3) * sb_in);                             \
+                    }                                                                           \
+                    for (; i < e_in; ++i)                                                       \
+                        acc0 += *(const T *)(pa + i * sa_in) * *(const T *)(pb + i * sb_in);    \
                     ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                      \
                 }                                                                               \
+                acc = (acc0 + acc1) + (acc2 + acc3);                                            \
             } else {                                                                            \
                 acc = *(const T *)(A + o[0]) * *(const T *)(B + o[1]);                          \
             }                                                                                   \
@@ -215,20 +228,36 @@ REAL_KERNELS(f64, double)
         while (!done) {                                                                         \
             T accr = 0, acci = 0;                                                               \
             if (nl > nout) {                                                                    \
+                T r0 = 0, i0 = 0, r1 = 0, i1 = 0; /* two running sums of each part */           \
                 npy_intp jdx[MAXL] = {0};                                                       \
                 npy_intp q[2] = {o[0], o[1]};                                                   \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
                     const char *pa = A + q[0], *pb = B + q[1];                                  \
-                    for (npy_intp i = 0; i < e_in; ++i) {                                       \
+                    npy_intp i = 0;                                                             \
+                    for (; i + 2 <= e_in; i += 2) {                                             \
+                        const T *x = (const T *)(pa + i * sa_in);                               \
+                        const T *y = (const T *)(pb + i * sb_in);                               \
+                        const T *u = (const T *)(pa + (i + 1) * sa_in);                         \
+                        const T *v = (const T *)(pb + (i + 1) * sb_in);                         \
+                        const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];           \
+                        const T ur = u[0], ui = sa * u[1], vr = v[0], vi = sb * v[1];           \
+                        r0 += CMUL_RE(xr, xi, yr, yi);                                          \
+                        i0 += CMUL_IM(xr, xi, yr, yi);                                          \
+                        r1 += CMUL_RE(ur, ui, vr, vi);                                          \
+                        i1 += CMUL_IM(ur, ui, vr, vi);                                          \
+                    }                                                                           \
+                    for (; i < e_in; ++i) {                                                     \
                         const T *x = (const T *)(pa + i * sa_in);                               \
                         const T *y = (const T *)(pb + i * sb_in);                               \
                         const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];           \
-                        accr += CMUL_RE(xr, xi, yr, yi);                                        \
-                        acci += CMUL_IM(xr, xi, yr, yi);                                        \
+                        r0 += CMUL_RE(xr, xi, yr, yi);                                          \
+                        i0 += CMUL_IM(xr, xi, yr, yi);                                          \
                     }                                                                           \
                     ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                      \
                 }                                                                               \
+                accr = r0 + r1;                                                                 \
+                acci = i0 + i1;                                                                 \
             } else {                                                                            \
                 const T *x = (const T *)(A + o[0]);                                             \
                 const T *y = (const T *)(B + o[1]);                                             \

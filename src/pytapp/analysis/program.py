@@ -52,8 +52,14 @@ GEMM_BATCH_MAX_FLOPS = 1 << 24
 #: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops;
 #: larger ones run on the backend's plan (threaded copies, blocked TTGT, reduce kernels).
 TTGT_MAX_FLOPS = 1 << 24
-#: Fewest rows, columns and inner extent of TTGT's GEMMs.
-TTGT_MIN_DIM = 8
+#: Fewest rows, columns and inner extent of TTGT's GEMMs: GEMV-like (one row or column) and
+#: outer products (nothing summed) stay with the backend's kernels, which read in place; a
+#: narrow GEMM (5 columns, say) is still faster packed here than by the backend in Python.
+TTGT_MIN_DIM = 2
+#: Fewest elements of D per GEMM for TTGT to replace the loop nest on products of more than
+#: GEMM_MIN_MADDS multiply-adds (measured: a 16 x 8 D summing 32 terms each, 2.2 us packed
+#: against 5.3 us looped; a 2 x 2 D summing 128, 1.8 us against 0.9 us).
+TTGT_MIN_BLOCK = 16
 #: The executor lets other Python threads run during products of at least this many flops.
 RELEASE_GIL_FLOPS = 1 << 16
 
@@ -261,6 +267,17 @@ def _gemm_sized(spec: ContractionSpec) -> bool:
     return m * n * k >= GEMM_MIN_MADDS and min(m, n, k) >= TTGT_MIN_DIM
 
 
+def _ttgt_shaped(spec: ContractionSpec) -> bool:
+    """Whether TTGT beats the loop nest on a small product: GEMMs with TTGT_MIN_BLOCK outputs.
+
+    The loop nest sums each element of D with a few chains of dependent additions: a narrow D
+    with a long sum is its best case, a wide one its worst.
+    """
+    cls = spec.classes
+    return (_gemm_sized(spec)
+            and spec.size(cls.FA) * spec.size(cls.FB) >= TTGT_MIN_BLOCK)
+
+
 def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmStep, PackStep]:
     """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards."""
     cls = spec.classes
@@ -332,7 +349,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         kind = Step.GEMM
         description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                        f"[m={g.m}, n={g.n}, k={g.k}] (no copies)")
-    elif madds <= (LOOP_MAX_MADDS if summed else LOOP_MAX_ELEMENTWISE):
+    elif madds <= (LOOP_MAX_MADDS if summed else LOOP_MAX_ELEMENTWISE) and not (
+            gemm and madds > GEMM_MIN_MADDS and _ttgt_shaped(spec)):
         kind, gemm_step = Step.LOOP, None
         description = f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds)"
     elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
