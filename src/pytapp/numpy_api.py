@@ -745,18 +745,26 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     key: Any = None
     if type(a) is np.ndarray and type(b) is np.ndarray:
         try:
-            key = (a.shape, b.shape, a.dtype.num, b.dtype.num, _axes_key(axes),
-                   backend_name_of(backend))
+            key = (a.shape, a.strides, b.shape, b.strides, a.dtype.num, b.dtype.num,
+                   _axes_key(axes), backend_name_of(backend))
             call = _tensordot_calls.get(key)
         except (TypeError, ValueError):  # malformed axes: the general path says what is wrong
             call = key = None
         if call is not None:
+            chain = call.chain
+            if chain is not None:  # planned and compiled: one C call
+                found = chain(a, b)
+                if found is not None:
+                    return found
             if call.pair is not None:
                 if call.calls < PLAN_AFTER:  # pytapp.direct
                     call.calls += 1
                     return call.pair(a, b)
                 _skip_direct(call.subscripts, a, b, backend, call.pair)
+                call.pair = None
             result = einsum(call.subscripts, a, b, backend=backend)
+            call.chain = _chains.get(_layout_key(call.subscripts, (a, b), path_key("auto"),
+                                                 None, backend, None))
             return np.asarray(result) if isinstance(result, np.generic) else result
     if _is_foreign(a) or _is_foreign(b):
         lazy = _lazy_function("tensordot", a) or _lazy_function("tensordot", b)
@@ -789,7 +797,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
         with _thin_lock:
             if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
                 _tensordot_calls.clear()
-            _tensordot_calls[key] = _TensordotCall(subscripts, pair, 1 if pair else 0)
+            _tensordot_calls[key] = _TensordotCall(subscripts, pair, 1 if pair else 0, None)
         if pair is not None:
             return pair(a, b)
     result = einsum(subscripts, a, b, backend=backend)
@@ -808,14 +816,15 @@ def _skip_direct(subscripts: str, a: np.ndarray, b: np.ndarray, backend: Any,
 
 @dataclasses.dataclass
 class _TensordotCall:
-    """A checked tensordot call: its einsum, and its matmul (pytapp.direct) with its calls."""
+    """A checked tensordot call: its einsum, matmul (pytapp.direct), calls so far, chain."""
 
     subscripts: str
     pair: MatmulPair | None
     calls: int
+    chain: Any
 
 
-#: (shapes, dtypes, axes, backend) of a checked tensordot call -> what runs it.
+#: (layouts, dtypes, axes, backend) of a checked tensordot call -> what runs it.
 _tensordot_calls: dict[Any, _TensordotCall] = {}
 
 
