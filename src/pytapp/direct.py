@@ -4,9 +4,10 @@ Planning a product (its spec, the backend's choice, the compiled program) costs 
 microseconds of Python; a plan repays that only over many calls. Code that contracts many
 distinct shapes a few times each (DMRG sweeps with growing bonds, tensor-network contractions
 whose intermediates change shape) would spend most of its time planning. So
-:func:`pytapp.einsum` runs the first :data:`PLAN_AFTER` calls of a plain two-operand product
-of a given layout as NumPy's own ``tensordot`` does: transpose, reshape and one ``matmul``
-(BLAS), remembered per layout, and plans it (and compiles it into a chain) on the next call.
+:func:`pytapp.einsum` runs a plain two-operand product of a given layout as NumPy's own
+``tensordot`` does: transpose, reshape and one ``matmul`` (BLAS), remembered per layout, until
+it has run :data:`PLAN_AFTER` times or for :data:`PLANNING_SECONDS`, and plans it (and
+compiles it into a chain) on the next call.
 Only small products (:data:`DIRECT_MAX_FLOPS`) of one native datatype qualify: larger ones are
 planned at once, where planning costs nothing next to the arithmetic.
 
@@ -30,11 +31,14 @@ import numpy as np
 
 from pytapp.analysis.subscripts import Equation
 
-__all__ = ["DIRECT_MAX_FLOPS", "PLAN_AFTER", "MatmulPair", "matmul_pair"]
+__all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "MatmulPair", "matmul_pair"]
 
-#: Calls of one two-operand product (equation, shapes, layouts) that run as a matmul before
-#: it is planned: a plan saves microseconds per call and costs hundreds to make.
-PLAN_AFTER = 16
+#: Most calls of one two-operand product (equation, shapes, layouts) that run as a matmul
+#: before it is planned: a plan saves a few microseconds per call and costs hundreds.
+PLAN_AFTER = 256
+#: ... or fewer, once those calls took this long (what planning a product costs, twice): a
+#: product whose calls take long enough for a plan's in-place GEMMs to matter is planned soon.
+PLANNING_SECONDS = 2e-3
 #: Largest product (flops) run as a matmul without a plan.
 DIRECT_MAX_FLOPS = 1 << 24
 #: Longest dot product (rows and columns of one element) run as a matmul: BLAS adds a long

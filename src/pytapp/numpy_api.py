@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
-from pytapp.direct import PLAN_AFTER, MatmulPair, matmul_pair
+from pytapp.direct import PLAN_AFTER, PLANNING_SECONDS, MatmulPair, matmul_pair
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -195,8 +196,12 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                     return found
             else:
                 pair = _pairs.get(layout_key)
-                if pair is not None and _seen(layout_key) <= PLAN_AFTER:
+                if (pair is not None and _seen(layout_key) <= PLAN_AFTER
+                        and _spent.get(layout_key, 0.0) < PLANNING_SECONDS):
+                    start = time.perf_counter()
                     found = pair(*inputs)
+                    _spent[layout_key] = _spent.get(layout_key, 0.0) + (
+                        time.perf_counter() - start)
                     return found[()] if found.ndim == 0 else found
     subs, ops = _normalize(operands)
     layout, casting, want = _options(order, casting, dtype)
@@ -262,9 +267,12 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                 if len(_pairs) >= 4 * THIN_CACHE_SIZE:
                     _pairs.clear()
                     _sightings.clear()
+                    _spent.clear()
                 _pairs[layout_key] = pair
             _seen(layout_key)
+            start = time.perf_counter()
             found = pair(arrays[0], arrays[1])
+            _spent[layout_key] = time.perf_counter() - start
             return found[()] if found.ndim == 0 else found
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, want)
     if target is not None and target.shape == shape and target.dtype == tapp.numpy_dtype:
@@ -312,6 +320,7 @@ def _lacks(name: str, dt: Datatype) -> bool:
 #: its first PLAN_AFTER calls, and those calls so far.
 _pairs: dict[Any, Any] = {}
 _sightings: dict[Any, int] = {}
+_spent: dict[Any, float] = {}
 
 
 def _layout_key(subscripts: str, inputs: Sequence[np.ndarray], opt: Any, memory_limit: Any,
@@ -332,7 +341,7 @@ def forget_calls() -> None:
     >>> forget_calls()
     """
     with _thin_lock:
-        for cache in (_thin, _chains, _pairs, _sightings, _tensordot_calls):
+        for cache in (_thin, _chains, _pairs, _sightings, _spent, _tensordot_calls):
             cache.clear()
 
 
@@ -757,9 +766,12 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
                 if found is not None:
                     return found
             if call.pair is not None:
-                if call.calls < PLAN_AFTER:  # pytapp.direct
-                    call.calls += 1
-                    return call.pair(a, b)
+                if call.calls < PLAN_AFTER and call.seconds < PLANNING_SECONDS:
+                    call.calls += 1  # pytapp.direct
+                    start = time.perf_counter()
+                    found = call.pair(a, b)
+                    call.seconds += time.perf_counter() - start
+                    return found
                 _skip_direct(call.subscripts, a, b, backend, call.pair)
                 call.pair = None
             result = einsum(call.subscripts, a, b, backend=backend)
@@ -797,16 +809,20 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
         with _thin_lock:
             if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
                 _tensordot_calls.clear()
-            _tensordot_calls[key] = _TensordotCall(subscripts, pair, 1 if pair else 0, None)
+            call = _TensordotCall(subscripts, pair, 1 if pair else 0, 0.0, None)
+            _tensordot_calls[key] = call
         if pair is not None:
-            return pair(a, b)
+            start = time.perf_counter()
+            found = pair(a, b)
+            call.seconds = time.perf_counter() - start
+            return found
     result = einsum(subscripts, a, b, backend=backend)
     return np.asarray(result) if isinstance(result, np.generic) else result
 
 
 def _skip_direct(subscripts: str, a: np.ndarray, b: np.ndarray, backend: Any,
                  pair: MatmulPair) -> None:
-    """Tell einsum these operands ran as a matmul PLAN_AFTER times: its next call plans."""
+    """Tell einsum these operands ran as a matmul long enough: its next call plans."""
     key = _layout_key(subscripts, (a, b), path_key("auto"), None, backend, None)
     if _sightings.get(key, 0) < PLAN_AFTER:
         with _thin_lock:
@@ -821,6 +837,7 @@ class _TensordotCall:
     subscripts: str
     pair: MatmulPair | None
     calls: int
+    seconds: float
     chain: Any
 
 

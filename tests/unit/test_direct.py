@@ -203,9 +203,14 @@ class Counts:
 
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
-    """Count matmuls and plannings, with einsum's and tensordot's caches empty."""
-    for name in ("_pairs", "_sightings", "_thin", "_chains", "_tensordot_calls"):
+    """Count matmuls and plannings, with einsum's and tensordot's caches empty.
+
+    Planning follows the count of calls alone (PLANNING_SECONDS, the time rule, is tested on
+    its own: how long calls take depends on the machine).
+    """
+    for name in ("_pairs", "_sightings", "_spent", "_thin", "_chains", "_tensordot_calls"):
         monkeypatch.setattr(numpy_api, name, {})
+    monkeypatch.setattr(numpy_api, "PLANNING_SECONDS", float("inf"))
     seen = Counts()
     call = MatmulPair.__call__
     plan = numpy_api.cached_expression
@@ -392,3 +397,21 @@ def test_products_that_are_not_plain_are_planned_at_once(counts: Counts) -> None
     assert mixed.dtype == np.float64
     np.testing.assert_array_equal(mixed, a[0] @ b)
     assert counts.direct == 0
+
+
+@pytest.mark.parametrize("front", ["einsum", "tensordot"])
+def test_calls_that_took_planning_time_are_planned(counts: Counts, front: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a product's matmuls took PLANNING_SECONDS (here: any time at all), the next call
+    plans it, whatever PLAN_AFTER says; results stay numpy's."""
+    monkeypatch.setattr(numpy_api, "PLANNING_SECONDS", 0.0)
+    a, b = _ints((3, 4, 5), seed=11), _ints((5, 4, 2), seed=12)
+    want = np.einsum("ijk,kjl->il", a, b)
+
+    def call() -> Any:
+        if front == "einsum":
+            return pytapp.einsum("ijk,kjl->il", a, b)
+        return pytapp.tensordot(a, b, ([1, 2], [1, 0]))
+
+    after = _calls(counts, call, lambda got: np.testing.assert_array_equal(got, want), 3)
+    assert after == [(1, 0), (1, 1), (1, 1)]
