@@ -4,7 +4,10 @@ A cost model in seconds ranks the capable backends from this machine's measured 
 (:mod:`pytapp.machine`: GEMM rates of NumPy's BLAS and torch per datatype, copy bandwidth):
 products that blas runs as one compiled kernel pass or as GEMMs on strided views stay on
 blas, F16/BF16 inputs go to torch when its native low-precision GEMM is the faster here,
-small-k TTGT with large copies to tblis, the rest to the smallest prediction. The model
+the rest to the smaller prediction of blas and torch (torch only when clearly faster). The
+model never picks tblis: its thread pool keeps spinning after each call and slows the next
+OpenBLAS call of the workload (on the cc suite: 560 ms against 415 ms over 20 runs of a GEMM
+that follows two tblis products); timing can still choose it. The model
 decides by default, the same way in every process on one machine (its constants and the
 backends' per-call costs are measured once per machine and kept on disk). Timing the
 candidates is a refinement within a budget (:class:`pytapp.wisdom.Budget`): a product is
@@ -64,10 +67,6 @@ def _key(spec: ContractionSpec) -> str:
     return hashlib.sha1(repr((parts, int(spec.prec), spec.allow_broadcast)).encode()).hexdigest()
 
 
-#: Small contraction sizes where TBLIS (no explicit transposition) beats TTGT ...
-TBLIS_MAX_K = 64
-#: ... when TTGT would copy this many bytes, or cannot write D directly.
-TBLIS_MIN_COPY = 16 << 20
 #: Candidates predicted more than this many times slower than the choice are not timed.
 TUNE_WITHIN = 4.0
 #: Seconds planning one more candidate for timing is assumed to cost.
@@ -201,8 +200,8 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     runs as one compiled kernel pass or as GEMMs on views stays on blas (nothing is copied);
     F16/BF16 inputs go where the prediction is smaller: torch's native low-precision GEMM (fast
     on CPUs with AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the
-    inputs; small-k TTGT with large copies goes to tblis; otherwise the smallest prediction
-    among blas and torch wins.
+    inputs; otherwise the smaller prediction of blas and torch wins (tblis is left to timing:
+    its idle threads slow the OpenBLAS calls around it).
     """
     if spec.rule.real is Datatype.F16 and "reference" in capable:
         return "reference"
@@ -215,13 +214,6 @@ def model_choice(spec: ContractionSpec, capable: list[str],
             return "torch"
         ranked = predictions(spec, ["blas", "torch"], p, machine)
         return min(ranked, key=lambda name: ranked[name])
-    kind = p.kind
-    if "tblis" in capable and (
-        (kind is Kind.GEMM and p.k <= TBLIS_MAX_K
-         and (not p.d_direct or p.copy_bytes >= TBLIS_MIN_COPY))
-        or (kind is Kind.ELEMENTWISE and not p.d_direct)
-    ):
-        return "tblis"
     ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine)
     if "blas" in ranked and "torch" in ranked:
         # The model sees GEMM rates, not torch's conversions and extra passes around them:
