@@ -915,6 +915,8 @@ typedef struct {
     PyObject *plans;    /* tuple: the step's TensorProduct */
     PyObject *buffers;  /* tuple: an ndarray per step (the last is unused) */
     PyObject *one;      /* 0-d array holding one */
+    int nperm;          /* > 0: the result is the last buffer viewed with these axes */
+    npy_intp perm[MAXL];
     int busy;
     vectorcallfunc vcall;
 } Chain;
@@ -981,7 +983,12 @@ static PyObject *Chain_call(PyObject *self_obj, PyObject *const *args, size_t na
         }
     }
     result = slots[ch->ninputs + ch->nsteps - 1];
-    Py_INCREF(result);
+    if (ch->nperm > 0) { /* the last step wrote its natural layout: the result is a view */
+        PyArray_Dims axes = {ch->perm, ch->nperm};
+        result = PyArray_Transpose((PyArrayObject *)result, &axes);
+    } else {
+        Py_INCREF(result);
+    }
 done:
     if (slots) {
         for (int k = 0; k < made; ++k) Py_DECREF(slots[ch->ninputs + k]);
@@ -993,12 +1000,12 @@ done:
 
 static PyObject *Chain_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"ninputs", "a", "b", "shapes", "type_num", "programs", "plans",
-                             "buffers", "one", NULL};
+                             "buffers", "one", "perm", NULL};
     int ninputs, type_num;
-    PyObject *a, *b, *shapes, *programs, *plans, *buffers, *one;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOiO!O!O!O", kwlist, &ninputs, &a, &b,
+    PyObject *a, *b, *shapes, *programs, *plans, *buffers, *one, *perm = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOiO!O!O!O|O", kwlist, &ninputs, &a, &b,
                                      &shapes, &type_num, &PyTuple_Type, &programs, &PyTuple_Type,
-                                     &plans, &PyTuple_Type, &buffers, &one))
+                                     &plans, &PyTuple_Type, &buffers, &one, &perm))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(programs);
     if (n < 1 || PyTuple_GET_SIZE(plans) != n || PyTuple_GET_SIZE(buffers) != n) {
@@ -1047,6 +1054,16 @@ static PyObject *Chain_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_ValueError, "a step reads a slot not yet written");
             goto fail;
         }
+    }
+    ch->nperm = 0;
+    if (perm != Py_None) {
+        int count = 0;
+        if (read_intps(perm, ch->perm, MAXL, &count, "perm")) goto fail;
+        if (count != ch->ndim[n - 1]) {
+            PyErr_SetString(PyExc_ValueError, "perm must name every axis of the result");
+            goto fail;
+        }
+        ch->nperm = count;
     }
     Py_INCREF(programs);
     ch->programs = programs;

@@ -52,7 +52,8 @@ _NATIVE = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.com
 class MatmulPair:
     """One two-operand product as a (batched) matmul: the transposes and reshapes it needs.
 
-    Called with operands of the shapes it was made for, it returns the result in C order.
+    Called with operands of the shapes it was made for, it returns the result as a view of
+    the matmul's output (batch, rows, columns), the layout a plan of it writes too.
     """
 
     perm_a: tuple[int, ...]
@@ -66,8 +67,9 @@ class MatmulPair:
         """Return the product of ``a`` and ``b``."""
         product: np.ndarray = np.matmul(a.transpose(self.perm_a).reshape(self.dims_a),
                                         b.transpose(self.perm_b).reshape(self.dims_b))  # k=0: 0
-        result = product.reshape(self.shape).transpose(self.perm_out)
-        return result if result.flags.c_contiguous else result.copy(order="C")
+        # the output's labels as a view of the matmul's (batch, rows, columns), as numpy.einsum
+        # returns its tensordot's result: no permuting copy
+        return product.reshape(self.shape).transpose(self.perm_out)
 
 
 def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair | None:
@@ -78,7 +80,9 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
     differ or are not F32, F64, C64 or C128, more than :data:`DIRECT_MAX_FLOPS` flops, or
     dots longer than :data:`LONG_DOT`.
     Labels in both operands and the output are the batch, labels in both operands only are
-    summed, the others are the rows and columns.
+    summed, the others are the rows and columns; each group in its operand's order, so the
+    result is the view numpy.einsum returns (and the layout a plan writes, see
+    ``Network._natural``).
     """
     if a.dtype != b.dtype or a.dtype not in _NATIVE:
         return None
@@ -87,9 +91,10 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
     if len(set(ta)) != len(ta) or len(set(tb)) != len(tb) or len(set(out)) != len(out):
         return None
     ea, eb = dict(zip(ta, a.shape, strict=True)), dict(zip(tb, b.shape, strict=True))
-    batch = [x for x in out if x in ea and x in eb]
-    rows = [x for x in out if x in ea and x not in eb]
-    cols = [x for x in out if x in eb and x not in ea]
+    kept = set(out)  # each group in its operand's order: the layout of numpy's tensordot
+    batch = [x for x in ta if x in eb and x in kept]
+    rows = [x for x in ta if x not in eb and x in kept]
+    cols = [x for x in tb if x not in ea and x in kept]
     summed = [x for x in ta if x in eb and x not in out]
     if (len(batch) + len(rows) + len(cols) != len(out)
             or len(batch) + len(rows) + len(summed) != len(ta)

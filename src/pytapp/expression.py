@@ -182,8 +182,10 @@ class EinsumExpression:
                   for i, x in enumerate(shapes_or_arrays)]
         self.subscripts = subscripts
         self.equation: Equation = parse_subscripts(subscripts, [len(s) for s in shapes])
+        # The result in the layout its last product writes (numpy.einsum returns such views
+        # too): no permuting copy of the result
         self.network = Network(self.equation, shapes, optimize=optimize,
-                               memory_limit=memory_limit)
+                               memory_limit=memory_limit, free_layout=True)
         self.backend = backend_name(backend)
         self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
         #: For ``backend="auto"``: the backend of the whole network per datatype (``"auto"``:

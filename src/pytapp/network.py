@@ -273,7 +273,8 @@ class Network:
     """
 
     def __init__(self, equation: Equation, shapes: Sequence[tuple[int, ...]], *,
-                 optimize: Any = "auto", memory_limit: Any = None) -> None:
+                 optimize: Any = "auto", memory_limit: Any = None,
+                 free_layout: bool = False) -> None:
         self.equation = equation
         self.shapes = tuple(tuple(int(x) for x in s) for s in shapes)
         self.sizes = _sizes(equation, self.shapes)
@@ -283,7 +284,13 @@ class Network:
         limit = self._limit(memory_limit)
         start = time.perf_counter()
         self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
+        self.free_layout = free_layout
         self.steps = self._steps()
+        last = self.steps[-1].out_labels if self.steps else equation.output
+        #: Axes of the last step's result that give the output's order (None: the same).
+        self.final_perm: tuple[int, ...] | None = (
+            tuple(last.index(ch) for ch in equation.output) if last != equation.output
+            else None)
         _log.info("network %s: path %s (optimize=%r) in %.3f ms, %d pairwise steps",
                   equation, self.path, optimize, 1e3 * (time.perf_counter() - start),
                   len(self.steps))
@@ -320,7 +327,8 @@ class Network:
             for j, (slot, labels) in enumerate(rest):
                 later = "".join(lbl for _, lbl in live) + "".join(lbl for _, lbl in rest[j + 1:])
                 if last_group and j == len(rest) - 1:
-                    out_labels = output
+                    out_labels = (self._natural(first_labels, labels, set(output))
+                                  if self.free_layout else output)
                 else:
                     out_labels = self._intermediate(first_labels, labels,
                                                     set(output) | set(later))
@@ -329,6 +337,18 @@ class Network:
                 slots += 1
             live.append((first_slot, first_labels))
         return tuple(steps)
+
+    @staticmethod
+    def _natural(a: str, b: str, keep: set[str]) -> str:
+        """Return the order a product writes without a permutation, as numpy's tensordot does.
+
+        Labels of both operands first, then A's own, then B's, each in its operand's order:
+        the layout of TTGT's GEMM result (and of numpy.einsum's, which returns the transposed
+        view of a tensordot).
+        """
+        both = [ch for ch in a if ch in keep and ch in b]
+        return "".join([*both, *(ch for ch in a if ch in keep and ch not in b),
+                        *(ch for ch in b if ch in keep and ch not in a)])
 
     def _intermediate(self, a: str, b: str, keep: set[str]) -> str:
         """Return the mode order of an intermediate.
@@ -420,7 +440,12 @@ class Network:
         Intermediates use the network's buffers unless another thread is running it.
         """
         self._check_memory(dt, handle, out is None)
-        result = np.empty(self.output_shape(), dtype=dt.numpy_dtype) if out is None else out
+        perm = self.final_perm
+        if out is None:
+            result = np.empty(self._out_shapes[-1] if self.steps else self.output_shape(),
+                              dtype=dt.numpy_dtype)
+        else:  # the last step writes into out seen in its own order of labels
+            result = out if perm is None else out.transpose(np.argsort(perm))
         shared = self._busy.acquire(blocking=False)
         try:
             slots: dict[int, np.ndarray] = dict(enumerate(views))
@@ -445,7 +470,9 @@ class Network:
         finally:
             if shared:
                 self._busy.release()
-        return result
+        if out is not None:
+            return out
+        return result if perm is None else result.transpose(perm)
 
     def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype, handle: Handle,
                        programs_only: bool = False) -> Any:
@@ -480,7 +507,7 @@ class Network:
             ninputs=len(arrays), a=[st.a for st in self.steps],
             b=[-1 if st.b is None else st.b for st in self.steps], shapes=self._out_shapes,
             type_num=want.num, programs=programs,
-            plans=tuple(plans), buffers=tuple(buffers), one=_ONE[dt])
+            plans=tuple(plans), buffers=tuple(buffers), one=_ONE[dt], perm=self.final_perm)
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""

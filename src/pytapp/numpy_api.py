@@ -614,18 +614,19 @@ def _fold_broadcast_sums(equation: Equation, arrays: Sequence[np.ndarray],
 
 def _allocate(shape: tuple[int, ...], dt: Datatype, layout: str, equation: Equation,
               arrays: Sequence[np.ndarray]) -> np.ndarray | None:
-    """Return a new result array in the memory order ``order=`` asks for (``None``: C order).
+    """Return a new result array in the memory order ``order=`` asks for (``None``: any).
 
-    ``K``: C order when the largest operand is C-contiguous, else that operand's memory order
-    for the labels it has (the others innermost); ``A``: F when every operand is
-    F-contiguous.
+    ``K``: any order (``None``: the layout the last product writes, as numpy.einsum returns
+    tensordot's transposed view) when the largest operand is C-contiguous, else that
+    operand's memory order for the labels it has (the others innermost); ``C``; ``A``: F when
+    every operand is F-contiguous, else C.
     """
     if layout == "A":
         f_order = all(a.flags.f_contiguous for a in arrays) and not all(
             a.flags.c_contiguous for a in arrays)
         layout = "F" if f_order else "C"
     if layout == "C":
-        return None
+        return np.empty(shape, dtype=dt.numpy_dtype)
     if layout == "F":
         return np.empty(shape, dtype=dt.numpy_dtype, order="F")
     big = max(range(len(arrays)), key=lambda i: arrays[i].size, default=None)

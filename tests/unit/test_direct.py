@@ -111,7 +111,7 @@ def test_plain_products_match_numpy(p: Plain) -> None:
     assert pair is not None, p.equation
     got = pair(p.a, p.b)
     assert type(got) is np.ndarray and got.dtype == p.a.dtype
-    assert got.flags.c_contiguous and got.shape == p.want.shape
+    assert got.shape == p.want.shape
     np.testing.assert_array_equal(got.astype(p.want.dtype), p.want, err_msg=p.equation)
     again = pair(p.a.copy(), p.b.copy())  # a pair serves every operand of its shapes
     np.testing.assert_array_equal(again, got)
@@ -244,14 +244,17 @@ def _ints(shape: tuple[int, ...], seed: int = 0, dtype: Any = np.float64) -> np.
 
 @pytest.mark.parametrize("layout", ["c", "strided", "reversed", "permuted"])
 def test_einsum_plans_after_plan_after_calls(counts: Counts, layout: str) -> None:
-    """B, the smaller operand, in any layout: the result is in C order (order="K" follows
-    the largest operand), and B's layout has its own matmul, then its own plan."""
+    """B, the smaller operand, in any layout: the result has one layout, the matmul's and the
+    plan's alike (order="K" follows the largest operand, C-contiguous: the layout of
+    numpy.einsum's tensordot view, (i, l) in memory), and B's layout has its own matmul, then
+    its own plan."""
     a, b = _ints((3, 4, 5), 1), _ints((4, 5, 2), 2)
     b = _lay_out(b, layout, (2, 0, 1))
     want = np.einsum("ijk,jkl->li", a, b)
 
     def check(got: Any) -> None:
-        assert type(got) is np.ndarray and got.dtype == np.float64 and got.flags.c_contiguous
+        assert type(got) is np.ndarray and got.dtype == np.float64
+        assert got.T.flags.c_contiguous  # stored as (i, l)
         np.testing.assert_array_equal(got, want)
 
     after = _calls(counts, lambda: pytapp.einsum("ijk,jkl->li", a, b), check, PLAN_AFTER + 4)

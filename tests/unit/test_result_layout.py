@@ -1,0 +1,72 @@
+"""einsum's result layout: the last product writes its natural order, the result is a view.
+
+As numpy.einsum with a path returns tensordot's transposed view, pytapp.einsum (order="K")
+returns the last pairwise product's output (labels of both operands, then the first's, then
+the second's, each in its operand's order) viewed in the requested order: no permuting copy.
+order="C"/"F", out= and einsum_expression give the same values; every result is checked
+against numpy.einsum on exact integer data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pytapp
+from pytapp import numpy_api
+
+CASES = [
+    ("ij,jk->ki", [(3, 4), (4, 5)]),
+    ("ijk,jkl->li", [(3, 4, 5), (4, 5, 2)]),
+    ("bij,bjk->kbi", [(2, 3, 4), (2, 4, 5)]),
+    ("ij,jk,kl->li", [(3, 4), (4, 5), (5, 2)]),
+    ("ab,bc,cd,de->ea", [(2, 3), (3, 4), (4, 5), (5, 6)]),
+    ("ijab,kjcb->ikac", [(3, 4, 2, 5), (6, 4, 3, 5)]),
+]
+
+
+def _ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-4, 5, shape).astype(np.float64)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("_pairs", "_sightings", "_spent", "_thin", "_chains", "_tensordot_calls"):
+        monkeypatch.setattr(numpy_api, name, {})
+
+
+@pytest.mark.parametrize(("eq", "shapes"), CASES, ids=[c[0] for c in CASES])
+def test_repeated_calls_return_the_natural_layout_as_a_view(eq: str,
+                                                            shapes: list[Any]) -> None:
+    ops = [_ints(s, k) for k, s in enumerate(shapes)]
+    want = np.einsum(eq, *ops)
+    layouts = set()
+    for _ in range(300):  # matmuls, the plan, its compiled chain: one layout throughout
+        got = pytapp.einsum(eq, *ops)
+        np.testing.assert_array_equal(got, want)
+        layouts.add(got.strides)
+    assert len(layouts) == 1, layouts
+    # the memory holds a product's output order: some permutation of the result is C order
+    order = np.argsort([-s for s in got.strides])
+    assert np.ascontiguousarray(got.transpose(order)).strides == got.transpose(order).strides
+
+
+@pytest.mark.parametrize(("eq", "shapes"), CASES, ids=[c[0] for c in CASES])
+def test_orders_out_and_expressions_give_the_same_values(eq: str, shapes: list[Any]) -> None:
+    ops = [_ints(s, k + 7) for k, s in enumerate(shapes)]
+    want = np.einsum(eq, *ops)
+    assert pytapp.einsum(eq, *ops, order="C").flags.c_contiguous
+    assert pytapp.einsum(eq, *ops, order="F").flags.f_contiguous
+    for order in ("C", "F", "A", "K"):
+        np.testing.assert_array_equal(pytapp.einsum(eq, *ops, order=order), want)
+    out = np.full(want.shape, np.nan)
+    assert pytapp.einsum(eq, *ops, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    expr = pytapp.einsum_expression(eq, *shapes)
+    for _ in range(3):
+        np.testing.assert_array_equal(expr(*ops), want)
+    view_out = np.full(want.shape[::-1], np.nan).T  # out= in another layout
+    expr(*ops, out=view_out)
+    np.testing.assert_array_equal(view_out, want)
