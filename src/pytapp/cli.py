@@ -416,9 +416,19 @@ def _cmd_bench_targets(args: argparse.Namespace) -> int:
     return _write_reports(args, rows, data, targets.targets_plot, targets.targets_markdown)
 
 
-def _cmd_bench_cc(args: argparse.Namespace) -> int:
+def _write_text_reports(args: argparse.Namespace, data: dict[str, Any], markdown: str) -> None:
+    """Write ``--json`` and ``--markdown`` when asked, and say so."""
     from pathlib import Path
 
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=1))
+        print(f"wrote {args.json}")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown)
+        print(f"wrote {args.markdown}")
+
+
+def _cmd_bench_cc(args: argparse.Namespace) -> int:
     from pytapp.bench import ccsd
 
     callback, bar = _progress_printer()
@@ -430,19 +440,13 @@ def _cmd_bench_cc(args: argparse.Namespace) -> int:
                              threads=args.threads,
                              progress=lambda what: callback(what, next(done), total))
     print(ccsd.cc_table(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(ccsd.cc_json(result), indent=1))
-        print(f"wrote {args.json}")
-    if args.markdown:
-        Path(args.markdown).write_text(ccsd.cc_markdown(result))
-        print(f"wrote {args.markdown}")
+    _write_text_reports(args, ccsd.cc_json(result), ccsd.cc_markdown(result))
     return 1 if any(e > 1e-10 for e in result.errors.values()) else 0
 
 
 def _cmd_bench_dmrg(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from pytapp.bench import dmrg
+    from pytapp.bench.harness import thread_limits
 
     callback, bar = _progress_printer()
     rounds = max(args.repeats, 1)
@@ -450,18 +454,11 @@ def _cmd_bench_dmrg(args: argparse.Namespace) -> int:
     with bar:
         total = rounds * len(dmrg.MODES)
         done = iter(range(total))
-        from pytapp.bench.harness import thread_limits
-
         with thread_limits(args.threads):
             result = dmrg.run_dmrg(sites=sites, rounds=rounds,
                                    progress=lambda what: callback(what, next(done), total))
     print(dmrg.dmrg_table(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(dmrg.dmrg_json(result), indent=1))
-        print(f"wrote {args.json}")
-    if args.markdown:
-        Path(args.markdown).write_text(dmrg.dmrg_markdown(result))
-        print(f"wrote {args.markdown}")
+    _write_text_reports(args, dmrg.dmrg_json(result), dmrg.dmrg_markdown(result))
     numpy_energy = result.energy.get("numpy")
     wrong = numpy_energy is not None and any(
         abs(e - numpy_energy) > 1e-10 for e in result.energy.values())

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from foreign_arrays import Dispatched, Duck
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -158,31 +159,6 @@ def test_error_text_keeps_a_rewritten_args() -> None:
     err.args = ("context added by a library: the original",)
     assert str(err).endswith("context added by a library: the original")
     assert pickle.loads(pickle.dumps(pytapp.errors.error_for(13, "x", also=TypeError))).code == 13
-
-
-class Duck:
-    """An array by duck typing only (as autoray's lazy arrays): shape, no __array__."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
-        self.shape = data.shape
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.data[key]
-
-
-class Dispatched:
-    """An array of another library: numpy's functions dispatch to it."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.shape = (2, 2)
-
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        return (func.__name__, self.name)
 
 
 def test_foreign_operands_go_where_numpy_sends_them() -> None:

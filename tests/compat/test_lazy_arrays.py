@@ -19,6 +19,7 @@ import autoray
 import numpy as np
 import pytest
 from autoray import lazy
+from foreign_arrays import Duck
 
 import pytapp
 
@@ -82,20 +83,6 @@ def test_lazy_calls_build_one_graph() -> None:
     assert isinstance(total, lazy.LazyArray) and total.shape == ()
     s = np.tensordot(A.transpose(2, 0, 1), A, ([1, 2], [0, 1]))
     assert total.compute() == np.einsum("ij,ji->", s, s.T)
-
-
-class Duck:
-    """An array by duck typing only, of a library autoray does not know."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
-        self.shape = data.shape
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.data[key]
 
 
 def test_duck_arrays_autoray_does_not_know_go_to_numpy() -> None:

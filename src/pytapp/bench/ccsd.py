@@ -19,7 +19,6 @@ Examples
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -135,6 +134,7 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
 def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
          progress: Callable[[str], None] | None) -> CcResult:
     import pytapp
+    from pytapp.bench.harness import shuffled_rounds
     from pytapp.numpy_api import forget_calls
 
     o, v = _sizes(size)
@@ -147,33 +147,27 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
             calls[name] = _contender(name)
         except Exception as exc:  # not installed or not available here: reported, not timed
             result.skipped[name] = str(exc).splitlines()[0]
-    order = list(calls)
-    shuffle = random.Random(0)
-    for r in range(rounds):
-        shuffle.shuffle(order)
-        for name in order:
-            if progress is not None:
-                progress(f"round {r + 1}: {name}")
-            if name.startswith("pytapp"):
-                pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
-                forget_calls()
-            fn = calls[name]
-            terms = dict.fromkeys((eq for eq, _ in work), 0.0)
-            got: list[Any] = []
-            start = time.perf_counter()
-            for it in range(iterations):
-                for eq, ops in work:
-                    t0 = time.perf_counter()
-                    out = fn(eq, ops)
-                    terms[eq] += time.perf_counter() - t0
-                    if it == 0:
-                        got.append(out)
-            total = time.perf_counter() - start
-            if total < result.totals.get(name, float("inf")):
-                result.totals[name], result.per_term[name] = total, terms
-            err = max(float(np.max(np.abs(np.asarray(g) - w)) / (np.max(np.abs(w)) or 1.0))
-                      for g, w in zip(got, want, strict=True))
-            result.errors[name] = max(result.errors.get(name, 0.0), err)
+    for _, name in shuffled_rounds(list(calls), rounds, progress):
+        if name.startswith("pytapp"):
+            pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
+            forget_calls()
+        fn = calls[name]
+        terms = dict.fromkeys((eq for eq, _ in work), 0.0)
+        got: list[Any] = []
+        start = time.perf_counter()
+        for it in range(iterations):
+            for eq, ops in work:
+                t0 = time.perf_counter()
+                out = fn(eq, ops)
+                terms[eq] += time.perf_counter() - t0
+                if it == 0:
+                    got.append(out)
+        total = time.perf_counter() - start
+        if total < result.totals.get(name, float("inf")):
+            result.totals[name], result.per_term[name] = total, terms
+        err = max(float(np.max(np.abs(np.asarray(g) - w)) / (np.max(np.abs(w)) or 1.0))
+                  for g, w in zip(got, want, strict=True))
+        result.errors[name] = max(result.errors.get(name, 0.0), err)
     return result
 
 

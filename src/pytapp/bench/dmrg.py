@@ -28,13 +28,14 @@ Examples
 
 from __future__ import annotations
 
-import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from pytapp.bench.harness import shuffled_rounds
 
 __all__ = ["MODES", "DmrgResult", "dmrg_json", "dmrg_markdown", "dmrg_table", "run_dmrg"]
 
@@ -124,17 +125,11 @@ def run_dmrg(sites: int = 32, bonds: Sequence[int] = (8, 16, 32, 64), sweeps: in
         return result
     with _routed("numpy"):
         _solve(sites, bonds, 1)  # imports, numba's caches: not timed
-    order = list(modes)
-    shuffle = random.Random(0)
-    for r in range(rounds):
-        shuffle.shuffle(order)
-        for mode in order:
-            if progress is not None:
-                progress(f"round {r + 1}: {mode}")
-            with _routed(mode):
-                seconds, energy = _solve(sites, bonds, sweeps)
-            result.seconds[mode] = min(result.seconds.get(mode, float("inf")), seconds)
-            result.energy[mode] = energy
+    for _, mode in shuffled_rounds(modes, rounds, progress):
+        with _routed(mode):
+            seconds, energy = _solve(sites, bonds, sweeps)
+        result.seconds[mode] = min(result.seconds.get(mode, float("inf")), seconds)
+        result.energy[mode] = energy
     return result
 
 

@@ -26,7 +26,7 @@ import random
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -174,6 +174,29 @@ def _sample(fn: Callable[[], Any], number: int) -> float:
     for _ in range(number):
         fn()
     return (time.perf_counter_ns() - start) / 1e9 / number
+
+
+def shuffled_rounds(names: Sequence[str], rounds: int,
+                    progress: Callable[[str], None] | None = None,
+                    seed: int = 0) -> Iterator[tuple[int, str]]:
+    """Yield ``(round, name)``: every name once per round, in an order shuffled each round.
+
+    ``progress`` hears ``"round R: NAME"`` before each. For contenders too long to sample
+    many times (whole workloads), each run is one timing.
+
+    Examples
+    --------
+    >>> sorted(shuffled_rounds(["a", "b"], 2))
+    [(0, 'a'), (0, 'b'), (1, 'a'), (1, 'b')]
+    """
+    order = list(names)
+    shuffle = random.Random(seed)
+    for r in range(rounds):
+        shuffle.shuffle(order)
+        for name in order:
+            if progress is not None:
+                progress(f"round {r + 1}: {name}")
+            yield r, name
 
 
 def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
