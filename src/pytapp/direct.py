@@ -65,8 +65,11 @@ class MatmulPair:
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Return the product of ``a`` and ``b``."""
-        product: np.ndarray = np.matmul(a.transpose(self.perm_a).reshape(self.dims_a),
-                                        b.transpose(self.perm_b).reshape(self.dims_b))  # k=0: 0
+        left = a.transpose(self.perm_a).reshape(self.dims_a)
+        right = b.transpose(self.perm_b).reshape(self.dims_b)
+        # one term per sum (outer and Hadamard products): a broadcast multiply, not a GEMM
+        product: np.ndarray = (np.multiply(left, right) if self.dims_a[2] == 1
+                               else np.matmul(left, right))  # k = 0: zeros
         # the output's labels as a view of the matmul's (batch, rows, columns), as numpy.einsum
         # returns its tensordot's result: no permuting copy
         return product.reshape(self.shape).transpose(self.perm_out)

@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -336,6 +337,39 @@ class Network:
                 first_slot, first_labels = slots, out_labels
                 slots += 1
             live.append((first_slot, first_labels))
+        return self._for_consumers(steps)
+
+    @staticmethod
+    def _for_consumers(steps: list[Step]) -> tuple[Step, ...]:
+        """Lay out what an elementwise step writes as the step that reads it wants it.
+
+        A step that sums nothing (Hadamard, outer product) writes any layout at the same
+        cost; the GEMM that reads its result is copy-free when the labels it shares with its
+        other operand come last, in that operand's order: batch labels first, then the
+        result's own, then the contracted ones (a CP reconstruction's ``jr,kr->jkr`` then
+        ``ir,jkr->ijk`` is one GEMM on views).
+        """
+        for k in range(len(steps) - 1):
+            st = steps[k]  # as an earlier iteration left it (it may read what one wrote)
+            if st.b is None or set(st.out_labels) != set(st.a_labels) | set(st.b_labels):
+                continue  # it sums: its own layout decides (see _intermediate)
+            j = next((i for i in range(k + 1, len(steps))
+                      if st.out in (steps[i].a, steps[i].b)), None)
+            if j is None or steps[j].b is None or steps[j].a == steps[j].b:
+                continue
+            reader = steps[j]
+            mine = reader.a_labels if reader.a == st.out else reader.b_labels
+            other = reader.b_labels if reader.a == st.out else reader.a_labels
+            batch = [ch for ch in other if ch in mine and ch in reader.out_labels]
+            summed = [ch for ch in other if ch in mine and ch not in reader.out_labels]
+            labels = "".join([*batch, *(ch for ch in mine if ch not in other), *summed])
+            if labels == st.out_labels:
+                continue
+            steps[k] = dataclasses.replace(st, out_labels=labels)
+            if reader.a == st.out:
+                steps[j] = dataclasses.replace(reader, a_labels=labels)
+            else:
+                steps[j] = dataclasses.replace(reader, b_labels=labels)
         return tuple(steps)
 
     @staticmethod

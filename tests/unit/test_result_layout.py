@@ -70,3 +70,18 @@ def test_orders_out_and_expressions_give_the_same_values(eq: str, shapes: list[A
     view_out = np.full(want.shape[::-1], np.nan).T  # out= in another layout
     expr(*ops, out=view_out)
     np.testing.assert_array_equal(view_out, want)
+
+
+def test_an_elementwise_intermediate_is_laid_out_for_the_gemm_that_reads_it() -> None:
+    """CP reconstruction: the outer product jr,kr is written as (j, k, r), so ir,jkr->ijk is
+    one GEMM on views, no copy; values are numpy's."""
+    n, r = 24, 6
+    shapes = [(r,), (n, r), (n, r), (n, r)]
+    ops = [_ints(s, k) for k, s in enumerate(shapes)]
+    path = [(0, 1), (0, 1), (0, 1)]  # r*ir, then jr,kr, then the GEMM
+    expr = pytapp.einsum_expression("r,ir,jr,kr->ijk", *shapes, optimize=path)
+    steps = [str(s) for s in expr.network.steps]
+    assert steps[1] == "jr,kr->jkr" and steps[2] == "ir,jkr->ijk", steps
+    np.testing.assert_array_equal(expr(*ops), np.einsum("r,ir,jr,kr->ijk", *ops))
+    algorithms = expr.info().algorithms
+    assert "1 gemm on strided views" in algorithms[-1], algorithms

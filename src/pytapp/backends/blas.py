@@ -370,14 +370,20 @@ class BlasPlan(Stateless):
         out_labels = spec.d.modes.labels
         labels = out_labels if route is Route.ELEMENTWISE else (
             *out_labels, *cls.P, *cls.IA, *cls.IB)
+        plain = (bound.alpha == 1 and bound.c is None and not any(conj.values())
+                 and bound.a.dtype == bound.b.dtype == bound.d.dtype)
+        if plain and route is Route.REDUCE:
+            # NumPy's own sum-of-products loop (vectorised, no pool) is the faster one (a
+            # GEMV-like sum 0.28 ms against 0.62), given each operand with its own labels
+            index = {lab: i for i, lab in enumerate(labels)}
+            np.einsum(bound.a, [index[x] for x in spec.a.modes.labels],
+                      bound.b, [index[x] for x in spec.b.modes.labels],
+                      [index[x] for x in out_labels], out=bound.d)
+            return
         x = self._label_view(bound.a, spec.a, labels)
         y = self._label_view(bound.b, spec.b, labels)
-        if (bound.alpha == 1 and bound.c is None and not any(conj.values())
-                and x.dtype == y.dtype == bound.d.dtype):
-            # the plain product: NumPy's own sum-of-products loop (vectorised, no pool) is the
-            # faster one (outer product 0.46 ms against 0.77; a GEMV-like sum 0.28 against 0.62)
-            axes = list(range(len(labels)))
-            np.einsum(x, axes, y, axes, axes[:len(out_labels)], out=bound.d)
+        if plain:  # elementwise: NumPy's multiply over the broadcast views (0.46 ms vs 0.69)
+            np.multiply(x, y, out=bound.d)
             return
         kernel = kernels.fused if route is Route.ELEMENTWISE else kernels.reduce
         kernel(bound.d, x, y, bound.c, alpha=bound.alpha,
