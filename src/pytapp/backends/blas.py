@@ -374,11 +374,13 @@ class BlasPlan(Stateless):
                  and bound.a.dtype == bound.b.dtype == bound.d.dtype)
         if plain and route is Route.REDUCE:
             # NumPy's own sum-of-products loop (vectorised, no pool) is the faster one (a
-            # GEMV-like sum 0.28 ms against 0.62), given each operand with its own labels
+            # GEMV-like sum 0.28 ms against 0.62), given each operand with its own labels and
+            # no out= (with out= it keeps D's loop order: 6.5 ms against 0.7 on bj,ojb->bo);
+            # the reduced result is then copied into D
             index = {lab: i for i, lab in enumerate(labels)}
-            np.einsum(bound.a, [index[x] for x in spec.a.modes.labels],
-                      bound.b, [index[x] for x in spec.b.modes.labels],
-                      [index[x] for x in out_labels], out=bound.d)
+            bound.d[...] = np.einsum(bound.a, [index[x] for x in spec.a.modes.labels],
+                                     bound.b, [index[x] for x in spec.b.modes.labels],
+                                     [index[x] for x in out_labels])
             return
         x = self._label_view(bound.a, spec.a, labels)
         y = self._label_view(bound.b, spec.b, labels)
