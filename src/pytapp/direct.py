@@ -24,6 +24,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
@@ -31,7 +32,8 @@ import numpy as np
 
 from pytapp.analysis.subscripts import Equation
 
-__all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "MatmulPair", "matmul_pair"]
+__all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "MatmulPair", "matmul_pair",
+           "tensordot_pair"]
 
 #: Most calls of one two-operand product (equation, shapes, layouts) that run as a matmul
 #: before it is planned: a plan saves a few microseconds per call and costs hundreds.
@@ -115,3 +117,30 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
         dims_a=(nb, m, k), dims_b=(nb, k, n),
         shape=tuple(ea[x] if x in ea else eb[x] for x in labels),
         perm_out=tuple(labels.index(x) for x in out))
+
+
+def tensordot_pair(a: np.ndarray, b: np.ndarray, axes_a: Sequence[int],
+                   axes_b: Sequence[int]) -> MatmulPair | None:
+    """Return ``numpy.tensordot(a, b, (axes_a, axes_b))`` as a matmul, or ``None``.
+
+    The same product as :func:`matmul_pair` of its einsum, built from the paired modes
+    directly (a first call of a tensordot costs what numpy's does). The same conditions hold.
+
+    Examples
+    --------
+    >>> a, b = np.ones((2, 3, 4)), np.ones((4, 3, 5))
+    >>> tensordot_pair(a, b, [1, 2], [1, 0])(a, b).shape
+    (2, 5)
+    """
+    if a.dtype != b.dtype or a.dtype not in _NATIVE:
+        return None
+    free_a = [i for i in range(a.ndim) if i not in axes_a]
+    free_b = [j for j in range(b.ndim) if j not in axes_b]
+    m, n = prod(a.shape[i] for i in free_a), prod(b.shape[j] for j in free_b)
+    k = prod(a.shape[i] for i in axes_a)
+    if 2 * m * n * max(k, 1) > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
+        return None
+    shape = (*(a.shape[i] for i in free_a), *(b.shape[j] for j in free_b))
+    return MatmulPair(perm_a=(*free_a, *axes_a), perm_b=(*axes_b, *free_b),
+                      dims_a=(1, m, k), dims_b=(1, k, n), shape=shape,
+                      perm_out=tuple(range(len(shape))))

@@ -35,7 +35,13 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
-from pytapp.direct import PLAN_AFTER, PLANNING_SECONDS, MatmulPair, matmul_pair
+from pytapp.direct import (
+    PLAN_AFTER,
+    PLANNING_SECONDS,
+    MatmulPair,
+    matmul_pair,
+    tensordot_pair,
+)
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -805,8 +811,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
     subscripts = f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
     if key is not None:
-        pair = matmul_pair(parse_subscripts(subscripts, [na, nb]), a, b) if key[-1] in (
-            "auto", "blas") else None
+        pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in ("auto", "blas") else None
         with _thin_lock:
             if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
                 _tensordot_calls.clear()

@@ -418,3 +418,22 @@ def test_calls_that_took_planning_time_are_planned(counts: Counts, front: str,
 
     after = _calls(counts, call, lambda got: np.testing.assert_array_equal(got, want), 3)
     assert after == [(1, 0), (1, 1), (1, 1)]
+
+
+@pytest.mark.parametrize(("sa", "sb", "axes"), [
+    ((2, 3, 4), (4, 3, 5), ([1, 2], [1, 0])), ((3, 4), (4, 5), ([1], [0])),
+    ((2, 3), (3, 2), ([0, 1], [1, 0])), ((5,), (5,), ([0], [0])), ((2, 1, 3), (3, 4), ([2], [0])),
+    ((2, 3, 4), (2, 5), ([0], [0])), ((3, 0, 2), (2, 4), ([2], [0]))])
+def test_tensordot_pair_is_numpy_tensordot(sa: tuple[int, ...], sb: tuple[int, ...],
+                                           axes: tuple[list[int], list[int]]) -> None:
+    """The matmul built from paired modes: numpy.tensordot's values, shape and layout."""
+    from pytapp.direct import tensordot_pair
+
+    a, b = _ints(sa, 3), _ints(sb, 4)
+    for x, y in ((a, b), (np.asfortranarray(a), b[::-1][::-1])):
+        pair = tensordot_pair(x, y, *axes)
+        assert pair is not None
+        got, want = pair(x, y), np.tensordot(x, y, axes)
+        assert got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+    assert tensordot_pair(a.astype(np.int64), b.astype(np.int64), *axes) is None
