@@ -24,6 +24,7 @@ Examples
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
@@ -32,8 +33,8 @@ import numpy as np
 
 from pytapp.analysis.subscripts import Equation
 
-__all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "MatmulPair", "matmul_pair",
-           "tensordot_pair"]
+__all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "DirectCalls", "MatmulPair",
+           "matmul_pair", "tensordot_pair"]
 
 #: Most calls of one two-operand product (equation, shapes, layouts) that run as a matmul
 #: before it is planned: a plan saves a few microseconds per call and costs hundreds.
@@ -75,6 +76,29 @@ class MatmulPair:
         # the output's labels as a view of the matmul's (batch, rows, columns), as numpy.einsum
         # returns its tensordot's result: no permuting copy
         return product.reshape(self.shape).transpose(self.perm_out)
+
+
+@dataclass
+class DirectCalls:
+    """One product's matmul and what its calls have cost so far (the rule to plan it)."""
+
+    pair: MatmulPair
+    calls: int = 0
+    seconds: float = 0.0
+
+    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+        """Return the product as a matmul, or ``None`` once it is worth a plan.
+
+        The first call always runs; later ones until :data:`PLAN_AFTER` calls or
+        :data:`PLANNING_SECONDS` of them.
+        """
+        if self.calls and (self.calls >= PLAN_AFTER or self.seconds >= PLANNING_SECONDS):
+            return None
+        start = time.perf_counter()
+        found = self.pair(a, b)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return found
 
 
 def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair | None:

@@ -25,7 +25,6 @@ import dataclasses
 import functools
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,13 +34,7 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
-from pytapp.direct import (
-    PLAN_AFTER,
-    PLANNING_SECONDS,
-    MatmulPair,
-    matmul_pair,
-    tensordot_pair,
-)
+from pytapp.direct import DirectCalls, matmul_pair, tensordot_pair
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -201,13 +194,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                 if found is not None:
                     return found
             else:
-                pair = _pairs.get(layout_key)
-                if (pair is not None and _seen(layout_key) <= PLAN_AFTER
-                        and _spent.get(layout_key, 0.0) < PLANNING_SECONDS):
-                    start = time.perf_counter()
-                    found = pair(*inputs)
-                    _spent[layout_key] = _spent.get(layout_key, 0.0) + (
-                        time.perf_counter() - start)
+                direct = _pairs.get(layout_key)
+                found = None if direct is None else direct.run(*inputs)
+                if found is not None:  # not worth a plan yet (pytapp.direct)
                     return found[()] if found.ndim == 0 else found
     subs, ops = _normalize(operands)
     layout, casting, want = _options(order, casting, dtype)
@@ -269,16 +258,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
             and _allocate(shape, tapp, layout, equation, arrays) is None):
         pair = matmul_pair(equation, arrays[0], arrays[1])
         if pair is not None:  # seen once: not worth a plan yet (pytapp.direct)
-            with _thin_lock:
-                if len(_pairs) >= 4 * THIN_CACHE_SIZE:
-                    _pairs.clear()
-                    _sightings.clear()
-                    _spent.clear()
-                _pairs[layout_key] = pair
-            _seen(layout_key)
-            start = time.perf_counter()
-            found = pair(arrays[0], arrays[1])
-            _spent[layout_key] = time.perf_counter() - start
+            direct = _remember_direct(layout_key, DirectCalls(pair))
+            found = direct.run(arrays[0], arrays[1])
+            assert found is not None  # a first call always runs
             return found[()] if found.ndim == 0 else found
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, want)
     if target is not None and target.shape == shape and target.dtype == tapp.numpy_dtype:
@@ -322,11 +304,18 @@ def _lacks(name: str, dt: Datatype) -> bool:
         return False  # an unknown backend: the product's creation reports it
 
 
-#: Raw arguments with the operands' layouts -> the product as a matmul (pytapp.direct), for
-#: its first PLAN_AFTER calls, and those calls so far.
-_pairs: dict[Any, Any] = {}
-_sightings: dict[Any, int] = {}
-_spent: dict[Any, float] = {}
+#: Raw arguments with the operands' layouts -> the product's matmul and its calls so far
+#: (pytapp.direct), kept after it is planned so it is not made again.
+_pairs: dict[Any, DirectCalls] = {}
+
+
+def _remember_direct(key: Any, direct: DirectCalls) -> DirectCalls:
+    """Keep ``direct`` as the matmul of ``key``'s calls (the cache is bounded)."""
+    with _thin_lock:
+        if len(_pairs) >= 4 * THIN_CACHE_SIZE:
+            _pairs.clear()
+        _pairs[key] = direct
+    return direct
 
 
 def _layout_key(subscripts: str, inputs: Sequence[np.ndarray], opt: Any, memory_limit: Any,
@@ -347,16 +336,8 @@ def forget_calls() -> None:
     >>> forget_calls()
     """
     with _thin_lock:
-        for cache in (_thin, _chains, _pairs, _sightings, _spent, _tensordot_calls):
+        for cache in (_thin, _chains, _pairs, _tensordot_calls):
             cache.clear()
-
-
-def _seen(key: Any) -> int:
-    """Count one more call of ``key`` and return the count."""
-    with _thin_lock:
-        count = _sightings.get(key, 0) + 1
-        _sightings[key] = count
-    return count
 
 
 def backend_name_of(backend: BackendName | None) -> str:
@@ -772,15 +753,14 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
                 found = chain(a, b)
                 if found is not None:
                     return found
-            if call.pair is not None:
-                if call.calls < PLAN_AFTER and call.seconds < PLANNING_SECONDS:
-                    call.calls += 1  # pytapp.direct
-                    start = time.perf_counter()
-                    found = call.pair(a, b)
-                    call.seconds += time.perf_counter() - start
+            if call.direct is not None:
+                found = call.direct.run(a, b)
+                if found is not None:  # pytapp.direct
                     return found
-                _skip_direct(call.subscripts, a, b, backend, call.pair)
-                call.pair = None
+                # worth a plan now: einsum plans on seeing its key's calls spent
+                _remember_direct(_layout_key(call.subscripts, (a, b), path_key("auto"), None,
+                                             backend, None), call.direct)
+                call.direct = None
             result = einsum(call.subscripts, a, b, backend=backend)
             call.chain = _chains.get(_layout_key(call.subscripts, (a, b), path_key("auto"),
                                                  None, backend, None))
@@ -812,38 +792,24 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
     subscripts = f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
     if key is not None:
         pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in ("auto", "blas") else None
+        call = _TensordotCall(subscripts, None if pair is None else DirectCalls(pair), None)
         with _thin_lock:
             if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
                 _tensordot_calls.clear()
-            call = _TensordotCall(subscripts, pair, 1 if pair else 0, 0.0, None)
             _tensordot_calls[key] = call
-        if pair is not None:
-            start = time.perf_counter()
-            found = pair(a, b)
-            call.seconds = time.perf_counter() - start
+        found = None if call.direct is None else call.direct.run(a, b)
+        if found is not None:
             return found
     result = einsum(subscripts, a, b, backend=backend)
     return np.asarray(result) if isinstance(result, np.generic) else result
 
 
-def _skip_direct(subscripts: str, a: np.ndarray, b: np.ndarray, backend: Any,
-                 pair: MatmulPair) -> None:
-    """Tell einsum these operands ran as a matmul long enough: its next call plans."""
-    key = _layout_key(subscripts, (a, b), path_key("auto"), None, backend, None)
-    if _sightings.get(key, 0) < PLAN_AFTER:
-        with _thin_lock:
-            _pairs[key] = pair
-            _sightings[key] = PLAN_AFTER
-
-
 @dataclasses.dataclass
 class _TensordotCall:
-    """A checked tensordot call: its einsum, matmul (pytapp.direct), calls so far, chain."""
+    """A checked tensordot call: its einsum, its matmul (pytapp.direct), its chain once planned."""
 
     subscripts: str
-    pair: MatmulPair | None
-    calls: int
-    seconds: float
+    direct: DirectCalls | None
     chain: Any
 
 

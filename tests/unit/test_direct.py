@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pytapp
-from pytapp import numpy_api
+from pytapp import direct, numpy_api
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.direct import DIRECT_MAX_FLOPS, LONG_DOT, PLAN_AFTER, MatmulPair, matmul_pair
 
@@ -208,9 +208,9 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     Planning follows the count of calls alone (PLANNING_SECONDS, the time rule, is tested on
     its own: how long calls take depends on the machine).
     """
-    for name in ("_pairs", "_sightings", "_spent", "_thin", "_chains", "_tensordot_calls"):
+    for name in ("_pairs", "_thin", "_chains", "_tensordot_calls"):
         monkeypatch.setattr(numpy_api, name, {})
-    monkeypatch.setattr(numpy_api, "PLANNING_SECONDS", float("inf"))
+    monkeypatch.setattr(direct, "PLANNING_SECONDS", float("inf"))
     seen = Counts()
     call = MatmulPair.__call__
     plan = numpy_api.cached_expression
@@ -407,7 +407,7 @@ def test_calls_that_took_planning_time_are_planned(counts: Counts, front: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a product's matmuls took PLANNING_SECONDS (here: any time at all), the next call
     plans it, whatever PLAN_AFTER says; results stay numpy's."""
-    monkeypatch.setattr(numpy_api, "PLANNING_SECONDS", 0.0)
+    monkeypatch.setattr(direct, "PLANNING_SECONDS", 0.0)
     a, b = _ints((3, 4, 5), seed=11), _ints((5, 4, 2), seed=12)
     want = np.einsum("ijk,kjl->il", a, b)
 

@@ -33,7 +33,7 @@ def _ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_pairs", "_sightings", "_spent", "_thin", "_chains", "_tensordot_calls"):
+    for name in ("_pairs", "_thin", "_chains", "_tensordot_calls"):
         monkeypatch.setattr(numpy_api, name, {})
 
 
