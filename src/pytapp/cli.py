@@ -454,7 +454,7 @@ def _cmd_bench_dmrg(args: argparse.Namespace) -> int:
     with bar:
         total = rounds * len(dmrg.MODES)
         done = iter(range(total))
-        with thread_limits(args.threads):
+        with thread_limits(args.threads or 1):  # see pytapp.bench.dmrg on threads
             result = dmrg.run_dmrg(sites=sites, rounds=rounds,
                                    progress=lambda what: callback(what, next(done), total))
     print(dmrg.dmrg_table(result))
