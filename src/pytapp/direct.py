@@ -158,13 +158,19 @@ def tensordot_pair(a: np.ndarray, b: np.ndarray, axes_a: Sequence[int],
     """
     if a.dtype != b.dtype or a.dtype not in _NATIVE:
         return None
-    free_a = [i for i in range(a.ndim) if i not in axes_a]
-    free_b = [j for j in range(b.ndim) if j not in axes_b]
-    m, n = prod(a.shape[i] for i in free_a), prod(b.shape[j] for j in free_b)
-    k = prod(a.shape[i] for i in axes_a)
-    if 2 * m * n * max(k, 1) > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
+    sa, sb = a.shape, b.shape
+    free_a = [i for i in range(len(sa)) if i not in axes_a]
+    free_b = [j for j in range(len(sb)) if j not in axes_b]
+    m = n = k = 1
+    for i in free_a:
+        m *= sa[i]
+    for j in free_b:
+        n *= sb[j]
+    for i in axes_a:
+        k *= sa[i]
+    if 2 * m * n * k > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
         return None
-    shape = (*(a.shape[i] for i in free_a), *(b.shape[j] for j in free_b))
+    shape = tuple([sa[i] for i in free_a] + [sb[j] for j in free_b])
     return MatmulPair(perm_a=(*free_a, *axes_a), perm_b=(*axes_b, *free_b),
                       dims_a=(1, m, k), dims_b=(1, k, n), shape=shape,
                       perm_out=tuple(range(len(shape))))

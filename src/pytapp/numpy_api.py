@@ -710,12 +710,25 @@ def _axes_of(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
     if len(ax_a) != len(ax_b):
         raise error_for(ErrorCode.NEGATIVE_NMODES,
                         f"axes={axes!r} pairs {len(ax_a)} modes of a with {len(ax_b)} of b")
+    out = []
     for modes, n, name in ((ax_a, na, "a"), (ax_b, nb, "b")):
-        if any(not -n <= x < n for x in modes) or len({x % n for x in modes}) != len(modes):
+        if modes and (min(modes) < -n or max(modes) >= n or len(set(modes)) != len(modes)
+                      or (min(modes) < 0 and len({x % n for x in modes}) != len(modes))):
             raise error_for(ErrorCode.NEGATIVE_NMODES,
                             f"axes={axes!r} names modes {modes} of {name}, which has {n} "
                             "modes; give distinct modes in range")
-    return [x % na for x in ax_a], [x % nb for x in ax_b]
+        out.append(modes if not modes or min(modes) >= 0 else [x % n for x in modes])
+    return out[0], out[1]
+
+
+def _tensordot_subscripts(na: int, nb: int, ax_a: Sequence[int], ax_b: Sequence[int]) -> str:
+    """Return the einsum of ``tensordot`` pairing ``ax_a`` of an ``na``-mode ``a`` with ``ax_b``."""
+    la = list(LETTERS[:na])
+    lb = list(LETTERS[na:na + nb])
+    for i, j in zip(ax_a, ax_b, strict=True):
+        lb[j] = la[i]
+    out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
+    return f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
 
 
 def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
@@ -784,15 +797,9 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
             raise error_for(ErrorCode.EXTENT_MISMATCH_AB,
                             f"shape-mismatch for sum: mode {i} of a has extent {shape_a[i]} "
                             f"but mode {j} of b has {shape_b[j]}; paired modes must be equal")
-    la = list(LETTERS[:na])
-    lb = list(LETTERS[na:na + nb])
-    for i, j in zip(ax_a, ax_b, strict=True):
-        lb[j] = la[i]
-    out = [ch for ch in la if ch not in lb] + [ch for ch in lb if ch not in la]
-    subscripts = f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
     if key is not None:
         pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in ("auto", "blas") else None
-        call = _TensordotCall(subscripts, None if pair is None else DirectCalls(pair), None)
+        call = _TensordotCall(na, nb, ax_a, ax_b, None if pair is None else DirectCalls(pair))
         with _thin_lock:
             if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
                 _tensordot_calls.clear()
@@ -800,17 +807,32 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
         found = None if call.direct is None else call.direct.run(a, b)
         if found is not None:
             return found
-    result = einsum(subscripts, a, b, backend=backend)
+    result = einsum(_tensordot_subscripts(na, nb, ax_a, ax_b), a, b, backend=backend)
     return np.asarray(result) if isinstance(result, np.generic) else result
 
 
-@dataclasses.dataclass
 class _TensordotCall:
-    """A checked tensordot call: its einsum, its matmul (pytapp.direct), its chain once planned."""
+    """A checked tensordot call: its einsum, its matmul (pytapp.direct), its chain once planned.
 
-    subscripts: str
-    direct: DirectCalls | None
-    chain: Any
+    The einsum's subscripts are spelled only when the call is planned (most are not).
+    """
+
+    __slots__ = ("_subscripts", "axes", "chain", "direct", "ndims")
+
+    def __init__(self, na: int, nb: int, ax_a: list[int], ax_b: list[int],
+                 direct: DirectCalls | None) -> None:
+        self.ndims = (na, nb)
+        self.axes = (ax_a, ax_b)
+        self.direct = direct
+        self.chain: Any = None
+        self._subscripts = ""
+
+    @property
+    def subscripts(self) -> str:
+        """The einsum this tensordot is."""
+        if not self._subscripts:
+            self._subscripts = _tensordot_subscripts(*self.ndims, *self.axes)
+        return self._subscripts
 
 
 #: (layouts, dtypes, axes, backend) of a checked tensordot call -> what runs it.
