@@ -45,7 +45,22 @@ typedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, 
 typedef void (*zgemm32_t)(int, int, int, int, int, int, const void *, const void *, int,
                           const void *, int, const void *, void *, int);
 
+/* CBLAS GEMV signatures, ILP64 or LP64. */
+typedef void (*sgemv64_t)(int, int, int64_t, int64_t, float, const float *, int64_t,
+                          const float *, int64_t, float, float *, int64_t);
+typedef void (*dgemv64_t)(int, int, int64_t, int64_t, double, const double *, int64_t,
+                          const double *, int64_t, double, double *, int64_t);
+typedef void (*zgemv64_t)(int, int, int64_t, int64_t, const void *, const void *, int64_t,
+                          const void *, int64_t, const void *, void *, int64_t);
+typedef void (*sgemv32_t)(int, int, int, int, float, const float *, int, const float *, int,
+                          float, float *, int);
+typedef void (*dgemv32_t)(int, int, int, int, double, const double *, int, const double *, int,
+                          double, double *, int);
+typedef void (*zgemv32_t)(int, int, int, int, const void *, const void *, int, const void *,
+                          int, const void *, void *, int);
+
 static void *g_gemm[4] = {NULL, NULL, NULL, NULL};
+static void *g_gemv[4] = {NULL, NULL, NULL, NULL};
 static int g_ilp64 = 1;
 
 typedef struct {
@@ -450,9 +465,13 @@ static void run_conj(const Program *p, char *D) {
     else if (p->dtype == DT_C128) conj_c128(p, D);
 }
 
+static int gemv_call(const Program *p, cval al, cval be, const char *L, const char *R,
+                     char *D);
+
 /* One CBLAS GEMM: D = alpha op(L) op(R) + beta D, row-major. */
 static void gemm_call(const Program *p, cval al, cval be, const char *L, const char *R,
                       char *D) {
+    if (gemv_call(p, al, be, L, R, D)) return;
     void *f = g_gemm[p->dtype];
     if (g_ilp64) {
         switch (p->dtype) {
@@ -503,6 +522,82 @@ static void gemm_call(const Program *p, cval al, cval be, const char *L, const c
             }
         }
     }
+}
+
+/* y := alpha op(M) x + beta y with M stored rows x cols (row-major, ld). */
+static void gemv_raw(int dtype, int trans, int64_t rows, int64_t cols, cval al, const char *M,
+                     int64_t ld, const char *x, int64_t incx, cval be, char *y, int64_t incy) {
+    void *f = g_gemv[dtype];
+    float a2[2] = {(float)al.re, (float)al.im}, b2[2] = {(float)be.re, (float)be.im};
+    double a4[2] = {al.re, al.im}, b4[2] = {be.re, be.im};
+    if (g_ilp64) {
+        switch (dtype) {
+            case DT_F32:
+                ((sgemv64_t)f)(ROW_MAJOR, trans, rows, cols, (float)al.re, (const float *)M, ld,
+                               (const float *)x, incx, (float)be.re, (float *)y, incy);
+                break;
+            case DT_F64:
+                ((dgemv64_t)f)(ROW_MAJOR, trans, rows, cols, al.re, (const double *)M, ld,
+                               (const double *)x, incx, be.re, (double *)y, incy);
+                break;
+            case DT_C64:
+                ((zgemv64_t)f)(ROW_MAJOR, trans, rows, cols, a2, M, ld, x, incx, b2, y, incy);
+                break;
+            default:
+                ((zgemv64_t)f)(ROW_MAJOR, trans, rows, cols, a4, M, ld, x, incx, b4, y, incy);
+                break;
+        }
+    } else {
+        int r = (int)rows, c = (int)cols, l = (int)ld, ix = (int)incx, iy = (int)incy;
+        switch (dtype) {
+            case DT_F32:
+                ((sgemv32_t)f)(ROW_MAJOR, trans, r, c, (float)al.re, (const float *)M, l,
+                               (const float *)x, ix, (float)be.re, (float *)y, iy);
+                break;
+            case DT_F64:
+                ((dgemv32_t)f)(ROW_MAJOR, trans, r, c, al.re, (const double *)M, l,
+                               (const double *)x, ix, be.re, (double *)y, iy);
+                break;
+            case DT_C64:
+                ((zgemv32_t)f)(ROW_MAJOR, trans, r, c, a2, M, l, x, ix, b2, y, iy);
+                break;
+            default:
+                ((zgemv32_t)f)(ROW_MAJOR, trans, r, c, a4, M, l, x, ix, b4, y, iy);
+                break;
+        }
+    }
+}
+
+/* A GEMM with one row or one column as a GEMV (BLAS's GEMM costs several times more there):
+ * 1 when done, 0 when it must stay a GEMM (a conjugated vector, nothing summed). */
+static int gemv_call(const Program *p, cval al, cval be, const char *L, const char *R,
+                     char *D) {
+    if (g_gemv[p->dtype] == NULL || p->k == 0 || (p->m != 1 && p->n != 1)) return 0;
+    npy_intp esize = (p->dtype == DT_F32) ? 4 : (p->dtype == DT_C128) ? 16 : 8;
+    const char *mat, *vec;
+    int64_t rows, cols, ld, incx, incy, len;
+    int trans;
+    if (p->n == 1) { /* D[:, 0] = op(L) op(R)[:, 0] */
+        if (p->tb == CONJ_TRANS) return 0;
+        mat = L, vec = R, ld = p->lda, trans = p->ta;
+        rows = p->ta == NO_TRANS ? p->m : p->k;
+        cols = p->ta == NO_TRANS ? p->k : p->m;
+        incx = p->tb == NO_TRANS ? p->ldb : 1;
+        incy = p->ldd, len = p->m;
+    } else { /* D[0, :] = op(R)^T op(L)[0, :] */
+        if (p->ta == CONJ_TRANS || p->tb == CONJ_TRANS) return 0;
+        mat = R, vec = L, ld = p->ldb;
+        trans = p->tb == NO_TRANS ? TRANS : NO_TRANS;
+        rows = p->tb == NO_TRANS ? p->k : p->n;
+        cols = p->tb == NO_TRANS ? p->n : p->k;
+        incx = p->ta == NO_TRANS ? 1 : p->lda;
+        incy = 1, len = p->n;
+    }
+    if (be.re == 0.0 && be.im == 0.0) { /* y is not read: clear it (BLAS may scale NaNs) */
+        for (int64_t i = 0; i < len; ++i) memset(D + i * incy * esize, 0, (size_t)esize);
+    }
+    gemv_raw(p->dtype, trans, rows, cols, al, mat, ld, vec, incx, be, D, incy);
+    return 1;
 }
 
 static void run_gemm(const Program *p, cval al, cval be, const char *A, const char *B,
@@ -1107,13 +1202,19 @@ static PyTypeObject ChainType = {
 /* ------------------------------------------------------------------ module */
 
 static PyObject *set_blas(PyObject *self, PyObject *args) {
-    unsigned long long s, d, c, z;
+    unsigned long long s, d, c, z, vs = 0, vd = 0, vc = 0, vz = 0;
     int ilp64;
-    if (!PyArg_ParseTuple(args, "KKKKp", &s, &d, &c, &z, &ilp64)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKKp|KKKK", &s, &d, &c, &z, &ilp64, &vs, &vd, &vc, &vz))
+        return NULL;
     g_gemm[DT_F32] = (void *)(uintptr_t)s;
     g_gemm[DT_F64] = (void *)(uintptr_t)d;
     g_gemm[DT_C64] = (void *)(uintptr_t)c;
     g_gemm[DT_C128] = (void *)(uintptr_t)z;
+    int all = vs && vd && vc && vz; /* GEMVs all or none */
+    g_gemv[DT_F32] = all ? (void *)(uintptr_t)vs : NULL;
+    g_gemv[DT_F64] = all ? (void *)(uintptr_t)vd : NULL;
+    g_gemv[DT_C64] = all ? (void *)(uintptr_t)vc : NULL;
+    g_gemv[DT_C128] = all ? (void *)(uintptr_t)vz : NULL;
     g_ilp64 = ilp64;
     Py_RETURN_NONE;
 }
@@ -1134,7 +1235,8 @@ static PyObject *has_blas(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"set_blas", set_blas, METH_VARARGS,
-     "set_blas(sgemm, dgemm, cgemm, zgemm, ilp64): addresses of the CBLAS GEMM functions."},
+     "set_blas(sgemm, dgemm, cgemm, zgemm, ilp64[, sgemv, dgemv, cgemv, zgemv]): addresses of "
+     "the CBLAS GEMM (and GEMV) functions."},
     {"has_blas", has_blas, METH_NOARGS, "Whether GEMM functions were registered."},
     {"set_untrusted", set_untrusted, METH_O,
      "set_untrusted(types): buffer exporters whose buffer does not bound their allocation."},

@@ -12,7 +12,7 @@ Examples
 >>> from pytapp.analysis.subscripts import parse_subscripts
 >>> net = Network(parse_subscripts("ij,jk,kl->il", (2, 2, 2)), [(2, 3), (3, 4), (4, 5)])
 >>> [str(step) for step in net.steps]
-['ij,jk->ki', 'kl,ki->il']
+['ij,jk->ik', 'kl,ik->il']
 """
 
 from __future__ import annotations
@@ -341,18 +341,22 @@ class Network:
 
     @staticmethod
     def _for_consumers(steps: list[Step]) -> tuple[Step, ...]:
-        """Lay out what an elementwise step writes as the step that reads it wants it.
+        """Lay out what a step writes as the step that reads it wants it, where that is free.
 
-        A step that sums nothing (Hadamard, outer product) writes any layout at the same
-        cost; the GEMM that reads its result is copy-free when the labels it shares with its
+        The GEMM that reads an intermediate is copy-free when the labels it shares with its
         other operand come last, in that operand's order: batch labels first, then the
-        result's own, then the contracted ones (a CP reconstruction's ``jr,kr->jkr`` then
-        ``ir,jkr->ijk`` is one GEMM on views).
+        result's own, then the contracted ones. A step that sums nothing (Hadamard, outer
+        product) writes any layout at the same cost (a CP reconstruction's ``jr,kr->jkr`` then
+        ``ir,jkr->ijk`` is one GEMM on views); a step that sums writes without a copy the
+        layouts of its GEMM (batch labels, then one operand's free labels, then the other's),
+        and takes the reader's when it is one of those (a bilinear layer's ``bi,oij->boj``
+        then ``boj,bj->bo`` is a batched GEMV on views).
         """
         for k in range(len(steps) - 1):
             st = steps[k]  # as an earlier iteration left it (it may read what one wrote)
-            if st.b is None or set(st.out_labels) != set(st.a_labels) | set(st.b_labels):
-                continue  # it sums: its own layout decides (see _intermediate)
+            if st.b is None:
+                continue
+            sums = set(st.out_labels) != set(st.a_labels) | set(st.b_labels)
             j = next((i for i in range(k + 1, len(steps))
                       if st.out in (steps[i].a, steps[i].b)), None)
             if j is None or steps[j].b is None or steps[j].a == steps[j].b:
@@ -365,6 +369,11 @@ class Network:
             labels = "".join([*batch, *(ch for ch in mine if ch not in other), *summed])
             if labels == st.out_labels:
                 continue
+            if sums:  # a GEMM writes its two groups of free labels in either order, no other
+                keep = set(st.out_labels)
+                if labels not in (Network._natural(st.a_labels, st.b_labels, keep),
+                                  Network._natural(st.b_labels, st.a_labels, keep)):
+                    continue
             steps[k] = dataclasses.replace(st, out_labels=labels)
             if reader.a == st.out:
                 steps[j] = dataclasses.replace(reader, a_labels=labels)

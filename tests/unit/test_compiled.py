@@ -375,6 +375,34 @@ def test_gemm_routes(dt: Datatype, shape: tuple[str, str, str, bool]) -> None:
     assert (hit > 0) == gemm, shape
 
 
+# GEMMs of one row or one column, which the executor runs as GEMVs: the vector as A or B,
+# stored plain or transposed, batched, D a column of a strided parent; a conjugated vector
+# (no GEMV conjugates its vector) stays a GEMM.
+_GEMV_SHAPES = [("k", "kj", "j"), ("k", "jk", "j"), ("ik", "k", "i"), ("ki", "k", "i"),
+                ("bk", "bkj", "bj"), ("bik", "bk", "bi"), ("bki", "bk", "ib"), ("kj", "k", "j")]
+_GEMV_EXT = {"i": 40, "j": 36, "k": 34, "b": 3}
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _GEMV_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_gemv_routes(dt: Datatype, shape: tuple[str, str, str]) -> None:
+    """One-row and one-column GEMMs: alpha, beta C (own layout, or C is D), C full of NaN
+    under beta 0, conjugations of either operand and of D, padded and negative strides."""
+    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
+    cplx = dt.is_complex
+    alpha = complex(0.7, -1.3) if cplx else -0.7
+    beta = complex(-0.4, 0.9) if cplx else 1.5
+    hit = 0
+    for seed, (c_mode, bet, ops, layouts) in enumerate([
+            ("none", 0.0, "----", {}), ("own", beta, "cc-c", {"C": "perm"}),
+            ("d", beta, "c-cc", {"D": "sub"}), ("nan", 0.0, "-c--", {"A": "sub"}),
+            ("own", beta, "--c-", {"B": "neg", "D": "sub_mixed"})]):
+        inst = build(dt, labels, _GEMV_EXT, layouts, seed=seed, alpha=alpha, beta=bet,
+                     ops=ops, c_mode=c_mode)
+        hit += "on strided views" in _check_compiled(inst)
+    assert hit > 0, shape
+
+
 # Products above the loop nest's size that no GEMM reads in place: a diagonal, an isolated label
 # of A or of B, a broadcast label, the batch label innermost (each GEMM >= GEMM_MIN_MADDS).
 _TTGT_SHAPES = [("iik", "kj", "ij"), ("ikx", "kj", "ij"), ("ik", "kjx", "ij"),

@@ -95,8 +95,13 @@ def _register_blas() -> bool:
             except AttributeError:
                 continue
             addresses = [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in funcs]
+            try:  # GEMM steps of one row or column run as GEMVs
+                vectors = [ctypes.cast(getattr(lib, f"{prefix}{t}gemv{suffix}"),
+                                       ctypes.c_void_p).value or 0 for t in "sdcz"]
+            except AttributeError:
+                vectors = [0] * 4
             if all(addresses):
-                _cexec.set_blas(*addresses, ilp64)
+                _cexec.set_blas(*addresses, ilp64, *vectors)
                 return True
     return False
 
