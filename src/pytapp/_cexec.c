@@ -163,13 +163,60 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         done = _l < (first);                                                                    \
     } while (0)
 
+/* A product that sums nothing: the innermost label as a plain loop (unit or zero strides
+ * without C: loops the compiler vectorises), the odometer over the others. */
+#define REAL_ELEMENTWISE(NAME, T)                                                               \
+    static void elem_##NAME(const Program *p, T alpha, T beta, const char *A, const char *B,    \
+                            const char *C, char *D) {                                           \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const int last = p->nout - 1;                                                           \
+        const npy_intp e = p->ext[last], z = (npy_intp)sizeof(T);                               \
+        const npy_intp s0 = p->st[0][last], s1 = p->st[1][last];                                \
+        const npy_intp s2 = p->st[2][last], s3 = p->st[3][last];                                \
+        const int plain = !C && s3 == z && (s0 == z || s0 == 0) && (s1 == z || s1 == 0);        \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            const char *pa = A + o[0], *pb = B + o[1];                                          \
+            char *pd = D + o[3];                                                                \
+            if (plain) {                                                                        \
+                T *d = (T *)pd;                                                                 \
+                const T *a = (const T *)pa, *b = (const T *)pb;                                 \
+                if (s0 && s1) {                                                                 \
+                    for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (a[i] * b[i]);              \
+                } else if (s0) {                                                                \
+                    const T bv = b[0];                                                          \
+                    for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (a[i] * bv);                \
+                } else if (s1) {                                                                \
+                    const T av = a[0];                                                          \
+                    for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (av * b[i]);                \
+                } else {                                                                        \
+                    const T v = alpha * (a[0] * b[0]);                                          \
+                    for (npy_intp i = 0; i < e; ++i) d[i] = v;                                  \
+                }                                                                               \
+            } else {                                                                            \
+                for (npy_intp i = 0; i < e; ++i) {                                              \
+                    T r = alpha * (*(const T *)(pa + i * s0) * *(const T *)(pb + i * s1));      \
+                    if (C) r += beta * *(const T *)(C + o[2] + i * s2);                         \
+                    *(T *)(pd + i * s3) = r;                                                    \
+                }                                                                               \
+            }                                                                                   \
+            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
+        }                                                                                       \
+    }
+
 #define REAL_KERNELS(NAME, T)                                                                   \
+    REAL_ELEMENTWISE(NAME, T)                                                                   \
     static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
         npy_intp idx[MAXL] = {0};                                                               \
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
         const T alpha = (T)al.re, beta = (T)be.re;                                              \
         const int nl = p->nl, nout = p->nout;                                                   \
+        if (nl == nout && nout > 0) {                                                           \
+            elem_##NAME(p, alpha, beta, A, B, C, D);                                            \
+            return;                                                                             \
+        }                                                                                       \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
         const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \
@@ -228,6 +275,40 @@ REAL_KERNELS(f64, double)
 #define CMUL_IM(ar, ai, br, bi) ((ar) * (bi) + (ai) * (br))
 
 #define COMPLEX_KERNELS(NAME, T)                                                                \
+    static void elem_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
+                            const char *C, char *D) {                                           \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
+        const T sa = p->conj[0] ? (T)-1 : (T)1, sb = p->conj[1] ? (T)-1 : (T)1;                 \
+        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        const int last = p->nout - 1;                                                           \
+        const npy_intp e = p->ext[last];                                                        \
+        const npy_intp s0 = p->st[0][last], s1 = p->st[1][last];                                \
+        const npy_intp s2 = p->st[2][last], s3 = p->st[3][last];                                \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            const char *pa = A + o[0], *pb = B + o[1];                                          \
+            char *pd = D + o[3];                                                                \
+            for (npy_intp i = 0; i < e; ++i) {                                                  \
+                const T *x = (const T *)(pa + i * s0);                                          \
+                const T *y = (const T *)(pb + i * s1);                                          \
+                const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];                   \
+                const T accr = CMUL_RE(xr, xi, yr, yi), acci = CMUL_IM(xr, xi, yr, yi);         \
+                T rr = CMUL_RE(ar, ai, accr, acci), ri = CMUL_IM(ar, ai, accr, acci);           \
+                if (C) {                                                                        \
+                    const T *c = (const T *)(C + o[2] + i * s2);                                \
+                    const T cr = c[0], ci = sc * c[1];                                          \
+                    rr += CMUL_RE(br, bi, cr, ci);                                              \
+                    ri += CMUL_IM(br, bi, cr, ci);                                              \
+                }                                                                               \
+                T *d = (T *)(pd + i * s3);                                                      \
+                d[0] = rr;                                                                      \
+                d[1] = sd * ri;                                                                 \
+            }                                                                                   \
+            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
+        }                                                                                       \
+    }                                                                                           \
     static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
         npy_intp idx[MAXL] = {0};                                                               \
@@ -236,6 +317,10 @@ REAL_KERNELS(f64, double)
         const T sa = p->conj[0] ? (T)-1 : (T)1, sb = p->conj[1] ? (T)-1 : (T)1;                 \
         const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
         const int nl = p->nl, nout = p->nout;                                                   \
+        if (nl == nout && nout > 0) {                                                           \
+            elem_##NAME(p, al, be, A, B, C, D);                                                 \
+            return;                                                                             \
+        }                                                                                       \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
         const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \
@@ -337,6 +422,29 @@ COMPLEX_KERNELS(c128, double)
         T *out = (T *)dst;                                                                      \
         const T sgn = conj ? (T)-1 : (T)1;                                                      \
         int done = 0;                                                                           \
+        if (nl == nout && nout > 0) { /* a copy: the innermost label as a plain loop */        \
+            const npy_intp e = n->ext[nout - 1], s = n->st[0][nout - 1];                        \
+            while (!done) {                                                                     \
+                const char *x = src + o[0];                                                     \
+                if (CPLX) {                                                                     \
+                    for (npy_intp i = 0; i < e; ++i) {                                          \
+                        const T *v = (const T *)(x + i * s);                                    \
+                        out[2 * i] = v[0];                                                      \
+                        out[2 * i + 1] = sgn * v[1];                                            \
+                    }                                                                           \
+                    out += 2 * e;                                                               \
+                } else {                                                                        \
+                    if (s == (npy_intp)sizeof(T)) {                                             \
+                        memcpy(out, x, (size_t)e * sizeof(T));                                  \
+                    } else {                                                                    \
+                        for (npy_intp i = 0; i < e; ++i) out[i] = *(const T *)(x + i * s);      \
+                    }                                                                           \
+                    out += e;                                                                   \
+                }                                                                               \
+                ODOMETER_STEP(n, idx, 0, nout - 1, o, 1, done);                                 \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
         while (!done) {                                                                         \
             T accr = 0, acci = 0;                                                               \
             if (nl > nout) {                                                                    \
@@ -378,28 +486,34 @@ PACK_KERNEL(c128, double, 1)
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
         const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
         const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        const int last = p->nout - 1;                                                           \
+        const npy_intp e = last >= 0 ? p->ext[last] : 1;                                        \
+        const npy_intp s2 = last >= 0 ? p->st[2][last] : 0, s3 = last >= 0 ? p->st[3][last] : 0; \
+        const npy_intp stt = last >= 0 ? p->tst[last] : 0;                                      \
         npy_intp ot = 0;                                                                        \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            const T *t = (const T *)(Tm + ot);                                                  \
-            T *d = (T *)(D + o[3]);                                                             \
-            if (CPLX) {                                                                         \
-                T rr = CMUL_RE(ar, ai, t[0], t[1]), ri = CMUL_IM(ar, ai, t[0], t[1]);           \
-                if (C) {                                                                        \
-                    const T *c = (const T *)(C + o[2]);                                         \
-                    const T cr = c[0], ci = sc * c[1];                                          \
-                    rr += CMUL_RE(br, bi, cr, ci);                                              \
-                    ri += CMUL_IM(br, bi, cr, ci);                                              \
+            for (npy_intp i = 0; i < e; ++i) { /* the innermost label as a plain loop */       \
+                const T *t = (const T *)(Tm + ot + i * stt);                                    \
+                T *d = (T *)(D + o[3] + i * s3);                                                \
+                if (CPLX) {                                                                     \
+                    T rr = CMUL_RE(ar, ai, t[0], t[1]), ri = CMUL_IM(ar, ai, t[0], t[1]);       \
+                    if (C) {                                                                    \
+                        const T *c = (const T *)(C + o[2] + i * s2);                            \
+                        const T cr = c[0], ci = sc * c[1];                                      \
+                        rr += CMUL_RE(br, bi, cr, ci);                                          \
+                        ri += CMUL_IM(br, bi, cr, ci);                                          \
+                    }                                                                           \
+                    d[0] = rr;                                                                  \
+                    d[1] = sd * ri;                                                             \
+                } else {                                                                        \
+                    T r = ar * t[0];                                                            \
+                    if (C) r += br * *(const T *)(C + o[2] + i * s2);                           \
+                    d[0] = r;                                                                   \
                 }                                                                               \
-                d[0] = rr;                                                                      \
-                d[1] = sd * ri;                                                                 \
-            } else {                                                                            \
-                T r = ar * t[0];                                                                \
-                if (C) r += br * *(const T *)(C + o[2]);                                        \
-                d[0] = r;                                                                       \
             }                                                                                   \
             {                                                                                   \
-                int _l = p->nout - 1;                                                           \
+                int _l = last - 1;                                                              \
                 for (; _l >= 0; --_l) {                                                         \
                     if (++idx[_l] < p->ext[_l]) {                                               \
                         o[2] += p->st[2][_l];                                                   \
