@@ -448,6 +448,15 @@ def path_key(optimize: Any) -> Any:
     return optimize
 
 
+def forget_expressions() -> None:
+    """Drop the one-shot calls' cached expressions (their plans, buffers and tuning budgets).
+
+    A call that is running one keeps it until it returns.
+    """
+    with _cache_lock:
+        _cache.clear()
+
+
 def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: Any,
                       memory_limit: Any, backend: str | None, dtype: Any) -> EinsumExpression:
     """Return an expression for these operand shapes.

@@ -39,6 +39,7 @@ from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
     cached_expression,
+    forget_expressions,
     is_torch,
     normalize_call,
     path_key,
@@ -326,7 +327,7 @@ def _layout_key(subscripts: str, inputs: Sequence[np.ndarray], opt: Any, memory_
 
 
 def forget_calls() -> None:
-    """Forget the calls einsum and tensordot remembered (their thin paths start afresh).
+    """Forget the calls einsum and tensordot remembered (thin paths, expressions, budgets).
 
     For benchmarks that time planning as a new process would pay it; plans themselves are
     dropped by :func:`pytapp.clear_plan_cache`.
@@ -338,6 +339,7 @@ def forget_calls() -> None:
     with _thin_lock:
         for cache in (_thin, _chains, _pairs, _tensordot_calls):
             cache.clear()
+    forget_expressions()  # one-shot calls' expressions: their tuning budgets start afresh
 
 
 def backend_name_of(backend: BackendName | None) -> str:

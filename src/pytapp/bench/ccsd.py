@@ -10,6 +10,12 @@ shuffled order; pytapp's plan caches and remembered calls are cleared before eac
 loops, so planning and any tuning count); the minimum over rounds is kept. Each result is
 checked against numpy.einsum in float64.
 
+pytapp runs as on a machine without wisdom: the suite keeps tuning results in memory
+(``PYTAPP_WISDOM=off`` while it runs) and forgets them before each loop. Choices recorded
+in this machine's wisdom file by earlier tuning would otherwise decide the default's time (a
+file here had tblis for six of ten products, each timed alone, where tblis's spinning pool
+then slows the OpenBLAS call after it in the loop).
+
 Examples
 --------
 >>> r = run_cc(size=0.25, rounds=1, iterations=1, contenders=["pytapp", "numpy"])
@@ -19,6 +25,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -125,15 +132,27 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
         The least total of each contender over ``rounds``, its per-term times in that round,
         and its largest relative error against numpy.einsum.
     """
+    from pytapp import wisdom
     from pytapp.bench.harness import thread_limits
 
-    with thread_limits(threads):
-        return _run(size, rounds, iterations, contenders, progress)
+    saved = os.environ.get("PYTAPP_WISDOM")
+    os.environ["PYTAPP_WISDOM"] = "off"  # tuning results stay in memory, forgotten per loop
+    wisdom.forget()
+    try:
+        with thread_limits(threads):
+            return _run(size, rounds, iterations, contenders, progress)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTAPP_WISDOM", None)
+        else:
+            os.environ["PYTAPP_WISDOM"] = saved
+        wisdom.forget()
 
 
 def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
          progress: Callable[[str], None] | None) -> CcResult:
     import pytapp
+    from pytapp import wisdom
     from pytapp.bench.harness import shuffled_rounds
     from pytapp.numpy_api import forget_calls
 
@@ -151,6 +170,7 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
         if name.startswith("pytapp"):
             pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
             forget_calls()
+            wisdom.forget()  # ... on a machine without wisdom (see the module's notes)
         fn = calls[name]
         terms = dict.fromkeys((eq for eq, _ in work), 0.0)
         got: list[Any] = []
