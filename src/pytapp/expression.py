@@ -49,8 +49,9 @@ EXPRESSION_CACHE_SIZE = 128
 #: Most input layouts an expression keeps a compiled network for.
 CHAIN_CACHE = 16
 
-#: Backends an ``auto`` expression may time on its whole network, besides per-step ``auto``.
-NETWORK_CANDIDATES = ("blas", "torch", "tblis")
+#: Backends an ``auto`` expression may time on its whole network, besides per-step ``auto``
+#: (not tblis: timed alone, it hides what its spinning pool costs the calls after it).
+NETWORK_CANDIDATES = ("blas", "torch")
 
 #: Round-robin rounds of timed runs when an ``auto`` network is timed (the best counts).
 NETWORK_TUNE_ROUNDS = 3
@@ -353,6 +354,8 @@ class EinsumExpression:
         if choice is None:
             known = wisdom.lookup("network", self._key(dt))
             choice = known.get("choice") if isinstance(known, dict) else None
+            if choice not in (*NETWORK_CANDIDATES, "auto"):  # an older file's tblis
+                choice = None
             if choice is None:
                 choice = "auto"
             else:

@@ -283,14 +283,26 @@ def test_autotune_policy_at_plan_time_prices_the_candidates(
 
 def test_a_remembered_choice_is_planned_as_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     """Wisdom about the product (an earlier tuning): an ordinary auto plan of that choice."""
-    if not pytapp.available_backends()["tblis"][0]:
-        pytest.skip("tblis is not installed")
+    if not pytapp.available_backends()["torch"][0]:
+        pytest.skip("torch is not installed")
     equation, a, b, want = _operands("matmul", seed=8)
+    d = np.zeros(want.shape)
+    plan = _plan(equation, a, b, d)
+    wisdom.record("product", auto._key(plan.spec), {"choice": "torch", "seconds": {}})
+    again = _plan(equation, a, b, d)
+    assert again.algorithm.startswith("auto -> torch: ")
+    status = again.execute(1.0, a, b, 0.0, None, d)
+    assert status.algorithm.startswith("auto -> torch: ")
+    np.testing.assert_allclose(d, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_remembered_tblis_is_not_followed() -> None:
+    """An older wisdom file's tblis: the model decides instead (tblis runs only when forced)."""
+    equation, a, b, want = _operands("matmul", seed=9)
     d = np.zeros(want.shape)
     plan = _plan(equation, a, b, d)
     wisdom.record("product", auto._key(plan.spec), {"choice": "tblis", "seconds": {}})
     again = _plan(equation, a, b, d)
-    assert again.algorithm.startswith("auto -> tblis: ")
-    status = again.execute(1.0, a, b, 0.0, None, d)
-    assert status.algorithm.startswith("auto -> tblis: ")
+    assert not again.algorithm.startswith("auto -> tblis")
+    again.execute(1.0, a, b, 0.0, None, d)
     np.testing.assert_array_equal(d, want)

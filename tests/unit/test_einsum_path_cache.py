@@ -35,3 +35,16 @@ def test_path_key_keeps_other_arguments() -> None:
     optimizer = object()
     assert path_key(optimizer) is optimizer and path_key("greedy") == "greedy"
     assert path_key(True) is True and path_key(None) is None
+
+
+def test_forget_calls_drops_one_shot_expressions_and_their_budgets() -> None:
+    """A benchmark's "new run": the one-shot expression (and its tuning budget) is rebuilt."""
+    from pytapp import expression
+    from pytapp.numpy_api import forget_calls
+
+    a = np.ones((3, 4))
+    pytapp.einsum("ij,jk->ik", a, a.T, optimize=True)
+    before = expression.cached_expression("ij,jk->ik", [a, a.T], True, None, None, None)
+    forget_calls()
+    after = expression.cached_expression("ij,jk->ik", [a, a.T], True, None, None, None)
+    assert after is not before

@@ -84,15 +84,3 @@ def test_blas_copies_from_scratch_stay_exact() -> None:
                                    atol=1e-12)
         assert other.shape == (300, 300)
 
-
-def test_forget_calls_drops_one_shot_expressions_and_their_budgets() -> None:
-    """A benchmark's "new run": the one-shot expression (and its tuning budget) is rebuilt."""
-    from pytapp import expression
-    from pytapp.numpy_api import forget_calls
-
-    a = np.ones((3, 4))
-    pytapp.einsum("ij,jk->ik", a, a.T, optimize=True)
-    before = expression.cached_expression("ij,jk->ik", [a, a.T], True, None, None, None)
-    forget_calls()
-    after = expression.cached_expression("ij,jk->ik", [a, a.T], True, None, None, None)
-    assert after is not before

@@ -128,7 +128,7 @@ def test_expression_tune_is_remembered(wisdom_file: Path) -> None:
     ops = [rng.integers(-2, 3, s).astype(float) for s in ((5, 6), (6, 7))]
     expr = EinsumExpression("ij,jk->ik", *ops, backend="auto")
     choice = expr.tune(ops, pytapp.Datatype.F64)
-    assert choice in ("auto", "blas", "torch", "tblis")
+    assert choice in ("auto", "blas", "torch")  # tblis is never timed (see pytapp.backends.auto)
     assert np.array_equal(expr(*ops), ops[0] @ ops[1])
     wisdom.forget()
     fresh = EinsumExpression("ij,jk->ik", *ops, backend="auto")

@@ -7,7 +7,10 @@ blas, F16/BF16 inputs go to torch when its native low-precision GEMM is the fast
 the rest to the smaller prediction of blas and torch (torch only when clearly faster). The
 model never picks tblis: its thread pool keeps spinning after each call and slows the next
 OpenBLAS call of the workload (on the cc suite: 560 ms against 415 ms over 20 runs of a GEMM
-that follows two tblis products); timing can still choose it. The model
+that follows two tblis products). Timing a product alone cannot see that cost, so timing and
+wisdom choose only among :data:`AUTOMATIC` too (a wisdom file whose timings had picked tblis
+for one step of a PEPS network made the whole network 2-3x slower); ``backend='tblis'``
+still runs it. The model
 decides by default, the same way in every process on one machine (its constants and the
 backends' per-call costs are measured once per machine and kept on disk). Timing the
 candidates is a refinement within a budget (:class:`pytapp.wisdom.Budget`): a product is
@@ -50,12 +53,14 @@ from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
-__all__ = ["CANDIDATES", "AutoBackend", "AutoPlan", "CompiledPlan", "call_overheads"]
+__all__ = ["AUTOMATIC", "CANDIDATES", "AutoBackend", "AutoPlan", "CompiledPlan", "call_overheads"]
 
 _log = logging.getLogger("pytapp")
 
 #: Backends ``auto`` may choose, in order of preference when the model has no opinion.
 CANDIDATES = ("blas", "torch", "tblis", "reference")
+#: The candidates the model, timing and wisdom may choose (the others run when forced).
+AUTOMATIC = frozenset({"blas", "torch"})
 
 _lock = threading.Lock()
 
@@ -275,8 +280,8 @@ class AutoPlan:
         own = self.predicted.get(self.choice)
         names = []
         for name in self.candidates:
-            if name == "reference" and len(self.candidates) > 1:
-                continue  # never the fastest; its cost can be prohibitive
+            if name not in AUTOMATIC and name != self.choice:
+                continue  # reference: never the fastest; tblis: see the module's notes
             pred = self.predicted.get(name)
             if name == self.choice or own is None or pred is None or pred <= TUNE_WITHIN * own:
                 names.append(name)
@@ -501,6 +506,8 @@ class AutoBackend(Stateless):
 
         known = wisdom.lookup("product", _key(spec))
         remembered = known.get("choice") if isinstance(known, dict) else None
+        if remembered not in AUTOMATIC:  # an older file's tblis (see the module's notes)
+            remembered = None
         if (remembered is None and _tune_policy() not in _ALWAYS and _compiled_only(spec)
                 and not (executor is not None and executor.autotune)):
             blas = backends.get("blas")
