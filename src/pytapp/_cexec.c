@@ -274,14 +274,33 @@ REAL_KERNELS(f64, double)
 #define CMUL_RE(ar, ai, br, bi) ((ar) * (br) - (ai) * (bi))
 #define CMUL_IM(ar, ai, br, bi) ((ar) * (bi) + (ai) * (br))
 
+/* An odometer, alpha and beta, and the signs of the conjugated operands (op_A ... op_D). */
+#define COMPLEX_STATE(T)                                                                        \
+    npy_intp idx[MAXL] = {0};                                                                   \
+    npy_intp o[4] = {0, 0, 0, 0};                                                               \
+    const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                         \
+    const T sa = p->conj[0] ? (T)-1 : (T)1, sb = p->conj[1] ? (T)-1 : (T)1;                     \
+    const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;
+
+/* D = op_D(alpha acc + beta op_C(C)) for one complex element (C read when not NULL). */
+#define COMPLEX_FINISH(T, ACR, ACI, CP, DP)                                                     \
+    do {                                                                                        \
+        T rr_ = CMUL_RE(ar, ai, ACR, ACI), ri_ = CMUL_IM(ar, ai, ACR, ACI);                     \
+        if (C) {                                                                                \
+            const T *c_ = (const T *)(CP);                                                      \
+            const T cr_ = c_[0], ci_ = sc * c_[1];                                              \
+            rr_ += CMUL_RE(br, bi, cr_, ci_);                                                   \
+            ri_ += CMUL_IM(br, bi, cr_, ci_);                                                   \
+        }                                                                                       \
+        T *d_ = (T *)(DP);                                                                      \
+        d_[0] = rr_;                                                                            \
+        d_[1] = sd * ri_;                                                                       \
+    } while (0)
+
 #define COMPLEX_KERNELS(NAME, T)                                                                \
     static void elem_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
-        npy_intp idx[MAXL] = {0};                                                               \
-        npy_intp o[4] = {0, 0, 0, 0};                                                           \
-        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
-        const T sa = p->conj[0] ? (T)-1 : (T)1, sb = p->conj[1] ? (T)-1 : (T)1;                 \
-        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        COMPLEX_STATE(T)                                                                        \
         const int last = p->nout - 1;                                                           \
         const npy_intp e = p->ext[last];                                                        \
         const npy_intp s0 = p->st[0][last], s1 = p->st[1][last];                                \
@@ -295,27 +314,14 @@ REAL_KERNELS(f64, double)
                 const T *y = (const T *)(pb + i * s1);                                          \
                 const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];                   \
                 const T accr = CMUL_RE(xr, xi, yr, yi), acci = CMUL_IM(xr, xi, yr, yi);         \
-                T rr = CMUL_RE(ar, ai, accr, acci), ri = CMUL_IM(ar, ai, accr, acci);           \
-                if (C) {                                                                        \
-                    const T *c = (const T *)(C + o[2] + i * s2);                                \
-                    const T cr = c[0], ci = sc * c[1];                                          \
-                    rr += CMUL_RE(br, bi, cr, ci);                                              \
-                    ri += CMUL_IM(br, bi, cr, ci);                                              \
-                }                                                                               \
-                T *d = (T *)(pd + i * s3);                                                      \
-                d[0] = rr;                                                                      \
-                d[1] = sd * ri;                                                                 \
+                COMPLEX_FINISH(T, accr, acci, C + o[2] + i * s2, pd + i * s3);                  \
             }                                                                                   \
             ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
         }                                                                                       \
     }                                                                                           \
     static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
-        npy_intp idx[MAXL] = {0};                                                               \
-        npy_intp o[4] = {0, 0, 0, 0};                                                           \
-        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
-        const T sa = p->conj[0] ? (T)-1 : (T)1, sb = p->conj[1] ? (T)-1 : (T)1;                 \
-        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
+        COMPLEX_STATE(T)                                                                        \
         const int nl = p->nl, nout = p->nout;                                                   \
         if (nl == nout && nout > 0) {                                                           \
             elem_##NAME(p, al, be, A, B, C, D);                                                 \
@@ -497,15 +503,7 @@ PACK_KERNEL(c128, double, 1)
                 const T *t = (const T *)(Tm + ot + i * stt);                                    \
                 T *d = (T *)(D + o[3] + i * s3);                                                \
                 if (CPLX) {                                                                     \
-                    T rr = CMUL_RE(ar, ai, t[0], t[1]), ri = CMUL_IM(ar, ai, t[0], t[1]);       \
-                    if (C) {                                                                    \
-                        const T *c = (const T *)(C + o[2] + i * s2);                            \
-                        const T cr = c[0], ci = sc * c[1];                                      \
-                        rr += CMUL_RE(br, bi, cr, ci);                                          \
-                        ri += CMUL_IM(br, bi, cr, ci);                                          \
-                    }                                                                           \
-                    d[0] = rr;                                                                  \
-                    d[1] = sd * ri;                                                             \
+                    COMPLEX_FINISH(T, t[0], t[1], C + o[2] + i * s2, d);                        \
                 } else {                                                                        \
                     T r = ar * t[0];                                                            \
                     if (C) r += br * *(const T *)(C + o[2] + i * s2);                           \
@@ -638,6 +636,29 @@ static void gemm_call(const Program *p, cval al, cval be, const char *L, const c
     }
 }
 
+/* One CBLAS GEMV of the registered integer width (SUF 64 or 32, IT int64_t or int). */
+#define GEMV_DISPATCH(SUF, IT)                                                                  \
+    switch (dtype) {                                                                            \
+        case DT_F32:                                                                            \
+            ((sgemv##SUF##_t)f)(ROW_MAJOR, trans, (IT)rows, (IT)cols, (float)al.re,             \
+                                (const float *)M, (IT)ld, (const float *)x, (IT)incx,           \
+                                (float)be.re, (float *)y, (IT)incy);                            \
+            break;                                                                              \
+        case DT_F64:                                                                            \
+            ((dgemv##SUF##_t)f)(ROW_MAJOR, trans, (IT)rows, (IT)cols, al.re, (const double *)M, \
+                                (IT)ld, (const double *)x, (IT)incx, be.re, (double *)y,        \
+                                (IT)incy);                                                      \
+            break;                                                                              \
+        case DT_C64:                                                                            \
+            ((zgemv##SUF##_t)f)(ROW_MAJOR, trans, (IT)rows, (IT)cols, a2, M, (IT)ld, x,         \
+                                (IT)incx, b2, y, (IT)incy);                                     \
+            break;                                                                              \
+        default:                                                                                \
+            ((zgemv##SUF##_t)f)(ROW_MAJOR, trans, (IT)rows, (IT)cols, a4, M, (IT)ld, x,         \
+                                (IT)incx, b4, y, (IT)incy);                                     \
+            break;                                                                              \
+    }
+
 /* y := alpha op(M) x + beta y with M stored rows x cols (row-major, ld). */
 static void gemv_raw(int dtype, int trans, int64_t rows, int64_t cols, cval al, const char *M,
                      int64_t ld, const char *x, int64_t incx, cval be, char *y, int64_t incy) {
@@ -645,40 +666,9 @@ static void gemv_raw(int dtype, int trans, int64_t rows, int64_t cols, cval al, 
     float a2[2] = {(float)al.re, (float)al.im}, b2[2] = {(float)be.re, (float)be.im};
     double a4[2] = {al.re, al.im}, b4[2] = {be.re, be.im};
     if (g_ilp64) {
-        switch (dtype) {
-            case DT_F32:
-                ((sgemv64_t)f)(ROW_MAJOR, trans, rows, cols, (float)al.re, (const float *)M, ld,
-                               (const float *)x, incx, (float)be.re, (float *)y, incy);
-                break;
-            case DT_F64:
-                ((dgemv64_t)f)(ROW_MAJOR, trans, rows, cols, al.re, (const double *)M, ld,
-                               (const double *)x, incx, be.re, (double *)y, incy);
-                break;
-            case DT_C64:
-                ((zgemv64_t)f)(ROW_MAJOR, trans, rows, cols, a2, M, ld, x, incx, b2, y, incy);
-                break;
-            default:
-                ((zgemv64_t)f)(ROW_MAJOR, trans, rows, cols, a4, M, ld, x, incx, b4, y, incy);
-                break;
-        }
+        GEMV_DISPATCH(64, int64_t)
     } else {
-        int r = (int)rows, c = (int)cols, l = (int)ld, ix = (int)incx, iy = (int)incy;
-        switch (dtype) {
-            case DT_F32:
-                ((sgemv32_t)f)(ROW_MAJOR, trans, r, c, (float)al.re, (const float *)M, l,
-                               (const float *)x, ix, (float)be.re, (float *)y, iy);
-                break;
-            case DT_F64:
-                ((dgemv32_t)f)(ROW_MAJOR, trans, r, c, al.re, (const double *)M, l,
-                               (const double *)x, ix, be.re, (double *)y, iy);
-                break;
-            case DT_C64:
-                ((zgemv32_t)f)(ROW_MAJOR, trans, r, c, a2, M, l, x, ix, b2, y, iy);
-                break;
-            default:
-                ((zgemv32_t)f)(ROW_MAJOR, trans, r, c, a4, M, l, x, ix, b4, y, iy);
-                break;
-        }
+        GEMV_DISPATCH(32, int)
     }
 }
 
