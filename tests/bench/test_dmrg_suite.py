@@ -10,11 +10,17 @@ import pytest
 from pytapp.bench import dmrg
 from pytapp.cli import main
 
-pytest.importorskip("quimb")
-pytest.importorskip("cotengra")
+
+def _needs_quimb() -> None:
+    # At run time, not at collection: importing cotengra registers its path optimizers with
+    # opt_einsum, which would change how opt_einsum's own test suite (tests/compat) is
+    # parametrized when it is collected after this module.
+    pytest.importorskip("quimb")
+    pytest.importorskip("cotengra")
 
 
 def test_each_round_times_each_mode_and_energies_agree() -> None:
+    _needs_quimb()
     result = dmrg.run_dmrg(sites=6, bonds=(4, 8), sweeps=2, rounds=2,
                            modes=("numpy", "registry", "cotengra"))
     assert not result.skipped
@@ -28,6 +34,7 @@ def test_each_round_times_each_mode_and_energies_agree() -> None:
 
 
 def test_cli_writes_json(tmp_path: Path) -> None:
+    _needs_quimb()
     out = tmp_path / "dmrg.json"
     assert main(["bench", "--suite", "dmrg", "--quick", "--repeats", "1",
                  "--json", str(out)]) == 0
