@@ -37,6 +37,7 @@ def tiny_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(threads, "MIN_BYTES", 0)
     monkeypatch.setattr(blas, "SPLIT_MIN_FLOPS", 0)
     monkeypatch.setattr(blas, "SPLIT_MIN_TOTAL", 0)
+    monkeypatch.setattr(blas, "split_pays", lambda: True)  # the mechanism, whatever this machine
     monkeypatch.setattr(kernels, "SMALL_WORK", 0)
     monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
 
@@ -80,6 +81,25 @@ def test_batch_split_across_threads(tiny_thresholds: None) -> None:
     algorithm = _run("hgik,hgkj->hgij", a, b, d)
     assert "batch split" in algorithm
     np.testing.assert_allclose(d, np.einsum("hgik,hgkj->hgij", a, b), rtol=1e-12)
+
+
+def test_split_decision_is_measured_once_and_remembered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's measurement decides, and wisdom keeps it for later processes."""
+    from pytapp import wisdom
+
+    monkeypatch.setenv("PYTAPP_WISDOM", "off")
+    wisdom.forget()
+    monkeypatch.setattr(blas, "_split_ratio", None)
+    decided = blas.split_pays()
+    entry = blas.split_entry()
+    ratio = wisdom.lookup("overhead", entry)
+    assert isinstance(ratio, float) and ratio > 0
+    assert decided == (ratio <= blas.SPLIT_GAIN)
+    wisdom.record("overhead", entry, 2.0)  # what a later process reads
+    monkeypatch.setattr(blas, "_split_ratio", None)
+    assert blas.split_pays() is False
+    wisdom.forget()
 
 
 def test_threads_do_not_change_results(tiny_thresholds: None) -> None:
