@@ -677,7 +677,6 @@ static void gemv_raw(int dtype, int trans, int64_t rows, int64_t cols, cval al, 
 static int gemv_call(const Program *p, cval al, cval be, const char *L, const char *R,
                      char *D) {
     if (g_gemv[p->dtype] == NULL || p->k == 0 || (p->m != 1 && p->n != 1)) return 0;
-    npy_intp esize = (p->dtype == DT_F32) ? 4 : (p->dtype == DT_C128) ? 16 : 8;
     const char *mat, *vec;
     int64_t rows, cols, ld, incx, incy, len;
     int trans;
@@ -698,7 +697,7 @@ static int gemv_call(const Program *p, cval al, cval be, const char *L, const ch
         incy = 1, len = p->n;
     }
     if (be.re == 0.0 && be.im == 0.0) { /* y is not read: clear it (BLAS may scale NaNs) */
-        for (int64_t i = 0; i < len; ++i) memset(D + i * incy * esize, 0, (size_t)esize);
+        for (int64_t i = 0; i < len; ++i) memset(D + i * incy * p->item, 0, (size_t)p->item);
     }
     gemv_raw(p->dtype, trans, rows, cols, al, mat, ld, vec, incx, be, D, incy);
     return 1;

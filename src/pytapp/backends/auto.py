@@ -205,8 +205,8 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     runs as one compiled kernel pass or as GEMMs on views stays on blas (nothing is copied);
     F16/BF16 inputs go where the prediction is smaller: torch's native low-precision GEMM (fast
     on CPUs with AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the
-    inputs; otherwise the smaller prediction of blas and torch wins (tblis is left to timing:
-    its idle threads slow the OpenBLAS calls around it).
+    inputs; otherwise the smaller prediction of blas and torch wins (never tblis: its idle
+    threads slow the OpenBLAS calls around it; see the module's notes).
     """
     if spec.rule.real is Datatype.F16 and "reference" in capable:
         return "reference"
