@@ -101,6 +101,23 @@ def test_backend_from_environment() -> None:
     assert out.returncode != 0 and "unknown backend 'nonsense'" in out.stderr
 
 
+def test_backend_follows_the_environment_as_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYTAPP_BACKEND is read on every call (set, changed, padded, emptied, removed), the
+    default in between."""
+    from pytapp.handle import default_backend_name
+
+    monkeypatch.delenv("PYTAPP_BACKEND", raising=False)
+    default = pytapp.backends.DEFAULT_BACKEND
+    assert default_backend_name() == default
+    for value, want in (("reference", "reference"), (" blas ", "blas"), ("", default),
+                        ("torch", "torch"), ("reference", "reference")):
+        monkeypatch.setenv("PYTAPP_BACKEND", value)
+        assert default_backend_name() == want
+        assert pytapp.Handle().backend_name == want
+    monkeypatch.delenv("PYTAPP_BACKEND")
+    assert default_backend_name() == default
+
+
 def test_labels_any_hashable(backend: str) -> None:
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
