@@ -28,13 +28,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
 
 from pytapp.analysis.subscripts import Equation
 
 __all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "DirectCalls", "MatmulPair",
-           "matmul_pair", "tensordot_pair"]
+           "first_tensordot", "matmul_pair", "tensordot_pair"]
 
 #: Most calls of one two-operand product (equation, shapes, layouts) that run as a matmul
 #: before it is planned: a plan saves a few microseconds per call and costs hundreds.
@@ -51,31 +52,45 @@ _NATIVE = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.com
                      np.dtype(np.complex128)})
 
 
-@dataclass(frozen=True)
 class MatmulPair:
     """One two-operand product as a (batched) matmul: the transposes and reshapes it needs.
 
     Called with operands of the shapes it was made for, it returns the result as a view of
-    the matmul's output (batch, rows, columns), the layout a plan of it writes too.
+    the matmul's output (batch, rows, columns), the layout a plan of it writes too. Identity
+    transposes are skipped and a batch of one is a 2-D ``numpy.dot`` (cheaper to call than a
+    3-D ``matmul``); built on a first call, so construction is a few attribute stores.
     """
 
-    perm_a: tuple[int, ...]
-    perm_b: tuple[int, ...]
-    dims_a: tuple[int, int, int]
-    dims_b: tuple[int, int, int]
-    shape: tuple[int, ...]
-    perm_out: tuple[int, ...]
+    __slots__ = ("_left", "_out", "_permute", "_right", "_run", "dims_a", "dims_b", "perm_a",
+                 "perm_b", "perm_out", "shape")
+
+    def __init__(self, perm_a: tuple[int, ...], perm_b: tuple[int, ...],
+                 dims_a: tuple[int, int, int], dims_b: tuple[int, int, int],
+                 shape: tuple[int, ...], perm_out: tuple[int, ...]) -> None:
+        self.perm_a, self.perm_b, self.perm_out = perm_a, perm_b, perm_out
+        self.dims_a, self.dims_b, self.shape = dims_a, dims_b, shape
+        flat = dims_a[0] == 1  # one product: 2-D operands
+        self._left = dims_a[1:] if flat else dims_a
+        self._right = dims_b[1:] if flat else dims_b
+        # one term per sum (outer and Hadamard products): a broadcast multiply, not a GEMM
+        self._run = (np.multiply if dims_a[2] == 1 else np.dot if flat else np.matmul)
+        self._out = None if perm_out == tuple(range(len(perm_out))) else perm_out
+        self._permute = (perm_a != tuple(range(len(perm_a)))
+                         or perm_b != tuple(range(len(perm_b))))
+
+    def __repr__(self) -> str:
+        return (f"MatmulPair(perm_a={self.perm_a}, perm_b={self.perm_b}, dims_a={self.dims_a}, "
+                f"dims_b={self.dims_b}, shape={self.shape}, perm_out={self.perm_out})")
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Return the product of ``a`` and ``b``."""
-        left = a.transpose(self.perm_a).reshape(self.dims_a)
-        right = b.transpose(self.perm_b).reshape(self.dims_b)
-        # one term per sum (outer and Hadamard products): a broadcast multiply, not a GEMM
-        product: np.ndarray = (np.multiply(left, right) if self.dims_a[2] == 1
-                               else np.matmul(left, right))  # k = 0: zeros
+        if self._permute:
+            a, b = a.transpose(self.perm_a), b.transpose(self.perm_b)
+        product: np.ndarray = self._run(a.reshape(self._left), b.reshape(self._right))
         # the output's labels as a view of the matmul's (batch, rows, columns), as numpy.einsum
-        # returns its tensordot's result: no permuting copy
-        return product.reshape(self.shape).transpose(self.perm_out)
+        # returns its tensordot's result: no permuting copy (k = 0: zeros)
+        product = product.reshape(self.shape)
+        return product if self._out is None else product.transpose(self._out)
 
 
 @dataclass
@@ -161,16 +176,50 @@ def tensordot_pair(a: np.ndarray, b: np.ndarray, axes_a: Sequence[int],
     sa, sb = a.shape, b.shape
     free_a = [i for i in range(len(sa)) if i not in axes_a]
     free_b = [j for j in range(len(sb)) if j not in axes_b]
-    m = n = k = 1
-    for i in free_a:
-        m *= sa[i]
-    for j in free_b:
-        n *= sb[j]
-    for i in axes_a:
-        k *= sa[i]
+    shape = tuple([sa[i] for i in free_a] + [sb[j] for j in free_b])
+    k = prod([sa[i] for i in axes_a])
+    m = prod(shape[:len(free_a)])
+    n = prod(shape[len(free_a):])
     if 2 * m * n * k > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
         return None
-    shape = tuple([sa[i] for i in free_a] + [sb[j] for j in free_b])
-    return MatmulPair(perm_a=(*free_a, *axes_a), perm_b=(*axes_b, *free_b),
-                      dims_a=(1, m, k), dims_b=(1, k, n), shape=shape,
-                      perm_out=tuple(range(len(shape))))
+    return MatmulPair((*free_a, *axes_a), (*axes_b, *free_b), (1, m, k), (1, k, n), shape,
+                      tuple(range(len(shape))))
+
+
+def first_tensordot(a: np.ndarray, b: np.ndarray, axes: int | tuple[Any, Any]
+                    ) -> np.ndarray | None:
+    """Return ``numpy.tensordot(a, b, axes)`` where :func:`tensordot_pair` takes it, or ``None``.
+
+    A layout's first call: NumPy's own ``tensordot`` runs the transposes, reshapes and the one
+    matmul that the pair would run, without building the pair (most layouts of a DMRG sweep
+    are contracted once). ``None`` where the pair's conditions fail or NumPy refuses the call:
+    the caller's own path then plans it or says what is wrong. ``axes`` is hashable (a count,
+    or two ints or tuples).
+
+    Examples
+    --------
+    >>> first_tensordot(np.ones((2, 3)), np.ones((3, 4)), 1).shape
+    (2, 4)
+    >>> first_tensordot(np.ones(3, np.int64), np.ones(3, np.int64), 1) is None
+    True
+    """
+    if a.dtype != b.dtype or a.dtype not in _NATIVE:
+        return None
+    size_a, size_b = a.size, b.size
+    try:
+        if size_a * size_b > DIRECT_MAX_FLOPS // 2 or (size_a == size_b > LONG_DOT):
+            k = _summed(a.shape, axes)  # the pair's bounds on flops and on long dots
+            if (k == 0 or 2 * (size_a // k) * size_b > DIRECT_MAX_FLOPS
+                    or (size_a == size_b == k > LONG_DOT)):
+                return None
+        return np.tensordot(a, b, axes)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _summed(shape: tuple[int, ...], axes: int | tuple[Any, Any]) -> int:
+    """Return the summed extent of ``a`` (of ``shape``) in ``numpy.tensordot(a, b, axes)``."""
+    if isinstance(axes, int):
+        return prod(shape[len(shape) - axes:]) if axes else 1
+    first = axes[0]
+    return shape[first] if isinstance(first, int) else prod(shape[i] for i in first)

@@ -34,7 +34,7 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
-from pytapp.direct import DirectCalls, matmul_pair, tensordot_pair
+from pytapp.direct import DirectCalls, first_tensordot, matmul_pair, tensordot_pair
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -255,7 +255,7 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
         ops = arrays if like is None else [torch_view(a) for a in arrays]
     if (layout_key is not None and folded is None and target is None and final is tapp
             and len(arrays) == 2 and arrays[0].dtype == tapp.numpy_dtype
-            and layout_key not in _pairs and backend_name_of(backend) in ("auto", "blas")
+            and layout_key not in _pairs and backend_name_of(backend) in _MATMUL_BACKENDS
             and _allocate(shape, tapp, layout, equation, arrays) is None):
         pair = matmul_pair(equation, arrays[0], arrays[1])
         if pair is not None:  # seen once: not worth a plan yet (pytapp.direct)
@@ -305,6 +305,8 @@ def _lacks(name: str, dt: Datatype) -> bool:
         return False  # an unknown backend: the product's creation reports it
 
 
+#: The backends whose small products run as matmuls before they are planned (pytapp.direct).
+_MATMUL_BACKENDS = ("auto", "blas")
 #: Raw arguments with the operands' layouts -> the product's matmul and its calls so far
 #: (pytapp.direct), kept after it is planned so it is not made again.
 _pairs: dict[Any, DirectCalls] = {}
@@ -695,6 +697,9 @@ def _ndim(x: Any) -> int:
 
 def _axes_of(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
     """numpy.tensordot's ``axes``: the modes of ``a`` and of ``b`` it pairs."""
+    plain = _plain_axes(axes, na, nb)
+    if plain is not None:
+        return plain
     if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
         count = int(axes)
         if not 0 <= count <= min(na, nb):
@@ -721,6 +726,33 @@ def _axes_of(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]]:
                             "modes; give distinct modes in range")
         out.append(modes if not modes or min(modes) >= 0 else [x % n for x in modes])
     return out[0], out[1]
+
+
+def _plain_axes(axes: Any, na: int, nb: int) -> tuple[list[int], list[int]] | None:
+    """``axes`` as two lists of distinct modes in range, given as such (or a count), else None.
+
+    The common spellings, checked in a few operations; anything else (negative modes, NumPy
+    integers, errors) is left to :func:`_axes_of`'s general reading.
+    """
+    if type(axes) is int:
+        return (list(range(na - axes, na)), list(range(axes))) if 0 <= axes <= min(na, nb) else None
+    if (type(axes) is not tuple and type(axes) is not list) or len(axes) != 2:
+        return None
+    first, second = axes
+    ax_a = [first] if type(first) is int else list(first) if type(first) in _SEQUENCES else None
+    ax_b = [second] if type(second) is int else list(second) if type(second) in _SEQUENCES else None
+    if ax_a is None or ax_b is None or len(ax_a) != len(ax_b):
+        return None
+    for modes, n in ((ax_a, na), (ax_b, nb)):
+        for x in modes:
+            if type(x) is not int or not 0 <= x < n:
+                return None
+        if len(set(modes)) != len(modes):
+            return None
+    return ax_a, ax_b
+
+
+_SEQUENCES = (tuple, list)
 
 
 def _tensordot_subscripts(na: int, nb: int, ax_a: Sequence[int], ax_b: Sequence[int]) -> str:
@@ -762,6 +794,13 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
             call = _tensordot_calls.get(key)
         except (TypeError, ValueError):  # malformed axes: the general path says what is wrong
             call = key = None
+        if call is _SEEN_ONCE:
+            call = None  # its second call: worth its matmul (below)
+        elif call is None and key is not None and key[-1] in _MATMUL_BACKENDS:
+            found = first_tensordot(a, b, key[6])
+            if found is not None:  # a first call: numpy's own tensordot is that matmul
+                _remember_tensordot(key, _SEEN_ONCE)
+                return found
         if call is not None:
             chain = call.chain
             if chain is not None:  # planned and compiled: one C call
@@ -800,12 +839,9 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
                             f"shape-mismatch for sum: mode {i} of a has extent {shape_a[i]} "
                             f"but mode {j} of b has {shape_b[j]}; paired modes must be equal")
     if key is not None:
-        pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in ("auto", "blas") else None
+        pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in _MATMUL_BACKENDS else None
         call = _TensordotCall(na, nb, ax_a, ax_b, None if pair is None else DirectCalls(pair))
-        with _thin_lock:
-            if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
-                _tensordot_calls.clear()
-            _tensordot_calls[key] = call
+        _remember_tensordot(key, call)
         found = None if call.direct is None else call.direct.run(a, b)
         if found is not None:
             return found
@@ -839,6 +875,15 @@ class _TensordotCall:
 
 #: (layouts, dtypes, axes, backend) of a checked tensordot call -> what runs it.
 _tensordot_calls: dict[Any, _TensordotCall] = {}
+#: What a layout seen once (run by numpy's own tensordot) has in ``_tensordot_calls``.
+_SEEN_ONCE = _TensordotCall(0, 0, [], [], None)
+
+
+def _remember_tensordot(key: Any, call: _TensordotCall) -> None:
+    with _thin_lock:
+        if len(_tensordot_calls) >= 4 * THIN_CACHE_SIZE:
+            _tensordot_calls.clear()
+        _tensordot_calls[key] = call
 
 
 def _axes_key(axes: Any) -> Any:

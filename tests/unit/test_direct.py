@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pytapp
-from pytapp import direct, numpy_api
+from pytapp import TappError, direct, numpy_api
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.direct import DIRECT_MAX_FLOPS, LONG_DOT, PLAN_AFTER, MatmulPair, matmul_pair
 
@@ -317,8 +317,9 @@ def _tensordot_case() -> tuple[np.ndarray, np.ndarray, Any, np.ndarray]:
 
 
 def test_tensordot_runs_matmuls_first(counts: Counts) -> None:
-    """The first PLAN_AFTER calls run the matmul; every call gives numpy's result; a plan
-    is made at some later call."""
+    """The first call is numpy's own tensordot (no matmul of ours, no plan), the next
+    PLAN_AFTER run the matmul; every call gives numpy's result; a plan is made at some later
+    call."""
     a, b, axes, want = _tensordot_case()
 
     def check(got: Any) -> None:
@@ -326,15 +327,42 @@ def test_tensordot_runs_matmuls_first(counts: Counts) -> None:
         np.testing.assert_array_equal(got, want)
 
     after = _calls(counts, lambda: pytapp.tensordot(a, b, axes), check, 3 * PLAN_AFTER)
-    assert after[:PLAN_AFTER] == [(k + 1, 0) for k in range(PLAN_AFTER)]
+    assert after[:PLAN_AFTER + 1] == [(k, 0) for k in range(PLAN_AFTER + 1)]
     assert after[-1][1] == 1
 
 
 def test_tensordot_plans_after_plan_after_calls(counts: Counts) -> None:
     a, b, axes, want = _tensordot_case()
     after = _calls(counts, lambda: pytapp.tensordot(a, b, axes),
-                   lambda got: np.testing.assert_array_equal(got, want), PLAN_AFTER + 2)
-    assert after[PLAN_AFTER:] == [(PLAN_AFTER, 1)] * 2
+                   lambda got: np.testing.assert_array_equal(got, want), PLAN_AFTER + 3)
+    assert after[PLAN_AFTER + 1:] == [(PLAN_AFTER, 1)] * 2
+
+
+@pytest.mark.parametrize(("sa", "sb", "axes", "why"), [
+    ((3, 4), (4, 5), ([1], [1]), "paired extents differ"),
+    ((3, 4), (4, 5), ([0, 0], [0, 1]), "a mode paired twice"),
+    ((3, 4), (4, 5), ([2], [0]), "a mode out of range"),
+])
+def test_tensordot_first_call_errors_are_tapp_errors(counts: Counts, sa: tuple[int, ...],
+                                                     sb: tuple[int, ...], axes: Any,
+                                                     why: str) -> None:
+    """What numpy's tensordot refuses on a first call is refused by pytapp's own checks, with
+    its TAPP error (numpy's exception is not what reaches the caller)."""
+    a, b = _ints(sa, 11), _ints(sb, 12)
+    with pytest.raises(TappError):
+        pytapp.tensordot(a, b, axes)
+    assert (counts.direct, counts.planned) == (0, 0), why
+
+
+@pytest.mark.parametrize("shape", [(1 << 15,), (2, 1 << 14)])
+def test_tensordot_long_dot_is_planned_from_the_first_call(counts: Counts,
+                                                          shape: tuple[int, ...]) -> None:
+    """A full contraction longer than LONG_DOT is not numpy's dot even on its first call: the
+    plan sums it in blocks (exact here: integer values)."""
+    a, b = _ints(shape, 13), _ints(shape, 14)
+    got = pytapp.tensordot(a, b, len(shape))
+    assert counts.planned == 1 and counts.direct == 0
+    assert got == np.sum(a.astype(object) * b.astype(object))
 
 
 def test_tensordot_to_0d_is_an_array(counts: Counts) -> None:
@@ -383,6 +411,8 @@ def test_blas_backend_runs_the_matmul(counts: Counts) -> None:
     a, b = _ints((3, 4), 13), _ints((4, 5), 14)
     np.testing.assert_array_equal(pytapp.einsum("ij,jk->ik", a, b, backend="blas"), a @ b)
     np.testing.assert_array_equal(pytapp.tensordot(a, b, 1, backend="blas"), a @ b)
+    assert (counts.direct, counts.planned) == (1, 0)  # tensordot's first call: numpy's own
+    np.testing.assert_array_equal(pytapp.tensordot(a, b, 1, backend="blas"), a @ b)
     assert (counts.direct, counts.planned) == (2, 0)
 
 
@@ -416,8 +446,11 @@ def test_calls_that_took_planning_time_are_planned(counts: Counts, front: str,
             return pytapp.einsum("ijk,kjl->il", a, b)
         return pytapp.tensordot(a, b, ([1, 2], [1, 0]))
 
-    after = _calls(counts, call, lambda got: np.testing.assert_array_equal(got, want), 3)
-    assert after == [(1, 0), (1, 1), (1, 1)]
+    after = _calls(counts, call, lambda got: np.testing.assert_array_equal(got, want), 4)
+    if front == "tensordot":  # its first call is numpy's own tensordot, not timed
+        assert after == [(0, 0), (1, 0), (1, 1), (1, 1)]
+    else:
+        assert after == [(1, 0), (1, 1), (1, 1), (1, 1)]
 
 
 @pytest.mark.parametrize(("sa", "sb", "axes"), [
