@@ -7,7 +7,10 @@ whose intermediates change shape) would spend most of its time planning. So
 :func:`pytapp.einsum` runs a plain two-operand product of a given layout as NumPy's own
 ``tensordot`` does: transpose, reshape and one ``matmul`` (BLAS), remembered per layout, until
 it has run :data:`PLAN_AFTER` times or for :data:`PLANNING_SECONDS`, and plans it (and
-compiles it into a chain) on the next call.
+compiles it into a chain) on the next call. :func:`pytapp.tensordot` goes one step further:
+a layout's first call is NumPy's own ``tensordot`` (:func:`first_tensordot`, the same matmul,
+without the cost of building its :class:`MatmulPair`: in a DMRG sweep about half the layouts
+are contracted once), and the pair is built on its second.
 Only small products (:data:`DIRECT_MAX_FLOPS`) of one native datatype qualify: larger ones are
 planned at once, where planning costs nothing next to the arithmetic.
 
