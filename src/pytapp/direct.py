@@ -38,7 +38,7 @@ import numpy as np
 from pytapp.analysis.subscripts import Equation
 
 __all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "DirectCalls", "MatmulPair",
-           "first_tensordot", "matmul_pair", "tensordot_pair"]
+           "TensordotModes", "first_tensordot", "matmul_pair", "tensordot_pair"]
 
 #: Most calls of one two-operand product (equation, shapes, layouts) that run as a matmul
 #: before it is planned: a plan saves a few microseconds per call and costs hundreds.
@@ -161,12 +161,55 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
         perm_out=tuple(labels.index(x) for x in out))
 
 
+class TensordotModes:
+    """``numpy.tensordot``'s modes for operands of ``na`` and ``nb`` modes paired by its axes.
+
+    What a :class:`MatmulPair` of the product needs beyond the extents (the free modes and the
+    transposes), made once per (``na``, ``nb``, axes) and shared by every shape: a DMRG sweep
+    contracts the same pattern at many bond dimensions. ``axes_a`` and ``axes_b`` are
+    non-negative, distinct and in range (checked by the caller).
+
+    Examples
+    --------
+    >>> modes = TensordotModes(3, 3, [1, 2], [1, 0])
+    >>> modes.perm_a, modes.perm_b
+    ((0, 1, 2), (1, 0, 2))
+    """
+
+    __slots__ = ("axes_a", "axes_b", "free_a", "free_b", "perm_a", "perm_b")
+
+    def __init__(self, na: int, nb: int, axes_a: Sequence[int], axes_b: Sequence[int]) -> None:
+        self.axes_a, self.axes_b = list(axes_a), list(axes_b)
+        self.free_a = [i for i in range(na) if i not in axes_a]
+        self.free_b = [j for j in range(nb) if j not in axes_b]
+        self.perm_a = (*self.free_a, *axes_a)
+        self.perm_b = (*axes_b, *self.free_b)
+
+    def pair(self, a: np.ndarray, b: np.ndarray) -> MatmulPair | None:
+        """Return ``numpy.tensordot(a, b, (axes_a, axes_b))`` as a matmul, or ``None``.
+
+        ``None`` on the conditions of :func:`matmul_pair`: datatypes that differ or are not
+        native, more than :data:`DIRECT_MAX_FLOPS` flops, dots longer than :data:`LONG_DOT`.
+        """
+        if a.dtype != b.dtype or a.dtype not in _NATIVE:
+            return None
+        sa, sb = a.shape, b.shape
+        left = [sa[i] for i in self.free_a]
+        right = [sb[j] for j in self.free_b]
+        m, n, k = prod(left), prod(right), prod([sa[i] for i in self.axes_a])
+        if 2 * m * n * k > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
+            return None
+        shape = (*left, *right)
+        return MatmulPair(self.perm_a, self.perm_b, (1, m, k), (1, k, n), shape,
+                          tuple(range(len(shape))))
+
+
 def tensordot_pair(a: np.ndarray, b: np.ndarray, axes_a: Sequence[int],
                    axes_b: Sequence[int]) -> MatmulPair | None:
     """Return ``numpy.tensordot(a, b, (axes_a, axes_b))`` as a matmul, or ``None``.
 
     The same product as :func:`matmul_pair` of its einsum, built from the paired modes
-    directly (a first call of a tensordot costs what numpy's does). The same conditions hold.
+    directly (see :class:`TensordotModes`). The same conditions hold.
 
     Examples
     --------
@@ -174,19 +217,7 @@ def tensordot_pair(a: np.ndarray, b: np.ndarray, axes_a: Sequence[int],
     >>> tensordot_pair(a, b, [1, 2], [1, 0])(a, b).shape
     (2, 5)
     """
-    if a.dtype != b.dtype or a.dtype not in _NATIVE:
-        return None
-    sa, sb = a.shape, b.shape
-    free_a = [i for i in range(len(sa)) if i not in axes_a]
-    free_b = [j for j in range(len(sb)) if j not in axes_b]
-    shape = tuple([sa[i] for i in free_a] + [sb[j] for j in free_b])
-    k = prod([sa[i] for i in axes_a])
-    m = prod(shape[:len(free_a)])
-    n = prod(shape[len(free_a):])
-    if 2 * m * n * k > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
-        return None
-    return MatmulPair((*free_a, *axes_a), (*axes_b, *free_b), (1, m, k), (1, k, n), shape,
-                      tuple(range(len(shape))))
+    return TensordotModes(a.ndim, b.ndim, axes_a, axes_b).pair(a, b)
 
 
 def first_tensordot(a: np.ndarray, b: np.ndarray, axes: int | tuple[Any, Any]

@@ -34,7 +34,7 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
-from pytapp.direct import DirectCalls, first_tensordot, matmul_pair, tensordot_pair
+from pytapp.direct import DirectCalls, TensordotModes, first_tensordot, matmul_pair
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -339,7 +339,7 @@ def forget_calls() -> None:
     >>> forget_calls()
     """
     with _thin_lock:
-        for cache in (_thin, _chains, _pairs, _tensordot_calls):
+        for cache in (_thin, _chains, _pairs, _tensordot_calls, _tensordot_modes):
             cache.clear()
     forget_expressions()  # one-shot calls' expressions: their tuning budgets start afresh
 
@@ -794,8 +794,15 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
             call = _tensordot_calls.get(key)
         except (TypeError, ValueError):  # malformed axes: the general path says what is wrong
             call = key = None
-        if call is _SEEN_ONCE:
-            call = None  # its second call: worth its matmul (below)
+        if call is _SEEN_ONCE:  # its second call (numpy checked the first): worth its matmul
+            call = None
+            modes = _modes_of(a.ndim, b.ndim, key[6], axes)
+            pair = None if modes is None else modes.pair(a, b)
+            if modes is not None and pair is not None:
+                direct = DirectCalls(pair)
+                _remember_tensordot(key, _TensordotCall(a.ndim, b.ndim, modes.axes_a,
+                                                        modes.axes_b, direct))
+                return direct.run(a, b)
         elif call is None and key is not None and key[-1] in _MATMUL_BACKENDS:
             found = first_tensordot(a, b, key[6])
             if found is not None:  # a first call: numpy's own tensordot is that matmul
@@ -839,7 +846,8 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
                             f"shape-mismatch for sum: mode {i} of a has extent {shape_a[i]} "
                             f"but mode {j} of b has {shape_b[j]}; paired modes must be equal")
     if key is not None:
-        pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in _MATMUL_BACKENDS else None
+        pair = (_modes_of(na, nb, key[6], axes) or TensordotModes(na, nb, ax_a, ax_b)).pair(
+            a, b) if key[-1] in _MATMUL_BACKENDS else None
         call = _TensordotCall(na, nb, ax_a, ax_b, None if pair is None else DirectCalls(pair))
         _remember_tensordot(key, call)
         found = None if call.direct is None else call.direct.run(a, b)
@@ -877,6 +885,30 @@ class _TensordotCall:
 _tensordot_calls: dict[Any, _TensordotCall] = {}
 #: What a layout seen once (run by numpy's own tensordot) has in ``_tensordot_calls``.
 _SEEN_ONCE = _TensordotCall(0, 0, [], [], None)
+
+
+#: (modes of a, modes of b, axes) of tensordot calls -> their TensordotModes (or None: axes
+#: that need the general path's reading).
+_tensordot_modes: dict[Any, TensordotModes | None] = {}
+
+
+def _modes_of(na: int, nb: int, axes_key: Any, axes: Any) -> TensordotModes | None:
+    """Return the :class:`TensordotModes` of a tensordot call, made once per (na, nb, axes)."""
+    key = (na, nb, axes_key)
+    try:
+        return _tensordot_modes[key]
+    except KeyError:
+        pass
+    try:
+        ax_a, ax_b = _axes_of(axes, na, nb)
+        found: TensordotModes | None = TensordotModes(na, nb, ax_a, ax_b)
+    except TappError:
+        found = None
+    with _thin_lock:
+        if len(_tensordot_modes) >= THIN_CACHE_SIZE:
+            _tensordot_modes.clear()
+        _tensordot_modes[key] = found
+    return found
 
 
 def _remember_tensordot(key: Any, call: _TensordotCall) -> None:
