@@ -49,9 +49,13 @@ def test_every_contender_is_checked() -> None:
         best = min(t for n, t in r.times.items() if n in PEERS)
         assert math.isclose(r.ratio, best / r.times[COMPILED])
         assert math.isclose(r.oneshot_ratio, best / r.times[ONE_SHOT])
+        named = min(r.times[n] for n in ("numpy.einsum", "oe.contract", "oe expr",
+                                         "torch.einsum"))  # the target's peers: no cotengra
+        assert r.target_ratios() == (named / r.times[ONE_SHOT], named / r.times[COMPILED])
         assert r.flops > 0 and math.isnan(r.roof_s)
     table = networks_table(results)
     assert "geometric mean" in table and "tucker_f64" in table and "one-shot" in table
+    assert "(cotengra left out)" in table
     data = json.loads(json.dumps(networks_json(results)))
     assert len(data["cases"]) == 2 and data["cases"][0]["path"]
     assert data["geomean_compiled"] > 0 and data["geomean_oneshot"] > 0
