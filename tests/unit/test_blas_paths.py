@@ -176,3 +176,55 @@ def test_misaligned_gemv_takes_the_reduce_kernel() -> None:
         status = plan.execute(2.0, a, v, 0.0, None, d)
         assert "not aligned" in status.algorithm
         assert np.array_equal(d, 2 * (a.copy() @ v))
+
+
+def test_copy_run_counts_the_innermost_merged_loop() -> None:
+    x = np.zeros((4, 5, 6, 3))
+    assert blas._copy_run(x.shape, x.strides) == 360  # contiguous: one loop
+    t = x.transpose(2, 0, 1, 3)  # (c, a, b, j): j runs 3, then jumps
+    assert blas._copy_run(t.shape, t.strides) == 3
+    t = x.transpose(0, 1, 3, 2)  # (a, b, j, c): c runs 6 (strided), then jumps
+    assert blas._copy_run(t.shape, t.strides) == 6
+    assert blas._copy_run((1, 7, 1), (8, 8, 8)) == 7  # extent-1 modes do not break a run
+
+
+@pytest.mark.parametrize(("expr", "role", "c", "j"), [
+    ("ic,abcj->ijab", "b", 13, 3),      # B row-major is (c, abj): runs of j's 3 elements
+    ("abcj,ci->ijab", "a", 3, 13),      # A row-major is (abj, c): runs of c's 3 elements
+    ("hic,habcj->hijab", "b", 13, 3),   # with a batch label
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_short_copy_runs_are_copied_columns_first(expr: str, role: str, c: int, j: int,
+                                                  dtype: type,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operand copied for BLAS whose row-major copy runs a few elements per loop is
+    copied columns first (the GEMM reads it transposed); results stay exact (integer data)."""
+    flipped: list[tuple[int, ...]] = []
+    choose = blas._copy_columns_first
+
+    def spy(x: np.ndarray, nh: int, lead: int) -> tuple[int, ...] | None:
+        order = choose(x, nh, lead)
+        if order is not None:
+            flipped.append(x.shape)
+        return order
+
+    monkeypatch.setattr(blas, "_copy_columns_first", spy)
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)  # not numpy.einsum's small-product route
+    sizes = {"i": 2, "a": 4, "b": 5, "c": c, "j": j, "h": 2}
+    rng = np.random.default_rng(11)
+    la, lb = expr.split("->")[0].split(",")
+    ld = expr.split("->")[1]
+
+    def ints(labels: str) -> np.ndarray:
+        x = rng.integers(-4, 5, [sizes[ch] for ch in labels]).astype(dtype)
+        if np.iscomplexobj(x):
+            x = x + 1j * rng.integers(-4, 5, x.shape)
+        return x
+
+    a, b = ints(la), ints(lb)
+    d = np.full([sizes[ch] for ch in ld], np.nan, dtype=dtype)
+    _run(expr, a, b, d)
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    np.testing.assert_array_equal(d, np.einsum(expr, a.astype(wide), b.astype(wide)))
+    big = b if role == "b" else a
+    assert flipped and all(np.prod(s) == big.size for s in flipped), flipped
