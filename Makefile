@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(PY) -m pytapp bench --suite networks --json docs/networks.json --plot docs/networks.png --markdown docs/networks.md
 	$(PY) -m pytapp bench --suite dask --json docs/dask.json --plot docs/dask.png --markdown docs/dask.md
 	$(PY) -m pytapp bench --suite targets --json docs/targets.json --plot docs/targets.png --markdown docs/targets.md
-	$(PY) -m pytapp bench --suite cc --repeats 3 --json docs/cc.json --markdown docs/cc.md
+	$(PY) -m pytapp bench --suite cc --repeats 5 --json docs/cc.json --markdown docs/cc.md
 	$(PY) -m pytapp bench --suite dmrg --repeats 9 --json docs/dmrg.json --markdown docs/dmrg.md
 	$(PY) -m pytapp bench --suite torch --json docs/torch.json --plot docs/torch.png --markdown docs/torch.md
 

@@ -60,9 +60,20 @@ _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
+#: Types already seen to be torch tensors (``torch.Tensor`` and its subclasses), for the
+#: one-lookup answer of :func:`is_torch` on every call with tensors.
+_TORCH_TYPES: set[type] = set()
+
+
 def is_torch(x: Any) -> bool:
     """Whether ``x`` is a torch tensor (checked without importing torch)."""
-    return type(x).__module__.startswith("torch") and hasattr(x, "requires_grad")
+    kind = type(x)
+    if kind in _TORCH_TYPES:
+        return True
+    if kind.__module__.startswith("torch") and hasattr(x, "requires_grad"):
+        _TORCH_TYPES.add(kind)
+        return True
+    return False
 
 
 class _TensorMemory:

@@ -457,7 +457,16 @@ def _plain_numpy(x: Any, role: str) -> np.ndarray:
 
 def _torch_datatypes(ops: Sequence[Any]) -> bool:
     """Whether every torch operand has a TAPP datatype (others go through numpy.einsum)."""
-    return all(x.is_floating_point() or x.is_complex() for x in ops if is_torch(x))
+    for x in ops:
+        if is_torch(x) and x.dtype not in _TORCH_TAPP_DTYPES:
+            if not (x.is_floating_point() or x.is_complex()):
+                return False
+            _TORCH_TAPP_DTYPES.add(x.dtype)
+    return True
+
+
+#: torch dtypes seen to be floating point or complex (the check above, once per dtype).
+_TORCH_TAPP_DTYPES: set[Any] = set()
 
 
 def _refuse_bits(out: Any) -> None:

@@ -162,8 +162,15 @@ def test_one_program_per_layout() -> None:
 def test_attention_is_one_batched_product_on_views() -> None:
     q, k = torch.rand(2, 3, 4, 5), torch.rand(2, 3, 6, 5)
     calls = torch_einsum.plan("bhqd,bhkd->bhqk", [q, k]).calls()
-    assert [c for c in calls if not c.startswith(("a: ", "b: ", "reshape"))] == ["bmm"]
+    # two batch labels stay as they are: one matmul, no reshape of operands or result
+    assert calls == ["b: permute(0, 1, 3, 2)", "matmul"]
     assert_close(pytapp.einsum("bhqd,bhkd->bhqk", q, k), "bhqd,bhkd->bhqk", [q, k], 2e-5)
+    # with the result transposed (D^T = B^T A^T), and one batch label: bmm on fused views
+    swapped = torch_einsum.plan("bhqd,bhkd->bhkq", [q, k]).calls()
+    assert [c for c in swapped if not c.startswith(("a: ", "b: "))] == ["matmul (swapped)"]
+    assert_close(pytapp.einsum("bhqd,bhkd->bhkq", q, k), "bhqd,bhkd->bhkq", [q, k], 2e-5)
+    one = torch_einsum.plan("bqd,bkd->bqk", [q[0], k[0]]).calls()
+    assert [c for c in one if not c.startswith(("a: ", "b: ", "reshape"))] == ["bmm"]
 
 
 def test_explicit_paths_are_cached_and_optimizer_objects_are_not() -> None:
