@@ -14,7 +14,10 @@ pytapp runs as on a machine without wisdom: the suite keeps tuning results in me
 (``PYTAPP_WISDOM=off`` while it runs) and forgets them before each loop. Choices recorded
 in this machine's wisdom file by earlier tuning would otherwise decide the default's time (a
 file here had tblis for six of ten products, each timed alone, where tblis's spinning pool
-then slows the OpenBLAS call after it in the loop).
+then slows the OpenBLAS call after it in the loop). Each loop starts right after
+``gc.collect()``: the plans and expressions a cleared cache let go are the previous loop's
+garbage, which Python's collector would otherwise reclaim inside whichever loop comes next
+(with the rounds' fixed order, mostly the default's, right after ``pytapp[blas]``).
 
 Examples
 --------
@@ -25,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -171,6 +175,7 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
             pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
             forget_calls()
             wisdom.forget()  # ... on a machine without wisdom (see the module's notes)
+        gc.collect()  # the previous loop's garbage (plans, expressions) is not this one's cost
         fn = calls[name]
         terms = dict.fromkeys((eq for eq, _ in work), 0.0)
         got: list[Any] = []
