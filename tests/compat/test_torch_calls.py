@@ -171,6 +171,11 @@ def test_attention_is_one_batched_product_on_views() -> None:
     assert_close(pytapp.einsum("bhqd,bhkd->bhkq", q, k), "bhqd,bhkd->bhkq", [q, k], 2e-5)
     one = torch_einsum.plan("bqd,bkd->bqk", [q[0], k[0]]).calls()
     assert [c for c in one if not c.startswith(("a: ", "b: ", "reshape"))] == ["bmm"]
+    # above MATMUL_MAX_MADDS the batch axes fuse for bmm, the faster kernel there
+    big_q, big_k = torch.empty(4, 12, 256, 64), torch.empty(4, 12, 256, 64)
+    assert torch_einsum.MATMUL_MAX_MADDS < 4 * 12 * 256 * 256 * 64
+    big = torch_einsum.plan("bhqd,bhkd->bhqk", [big_q, big_k]).calls()
+    assert [c for c in big if not c.startswith(("a: ", "b: ", "reshape"))] == ["bmm"]
 
 
 def test_explicit_paths_are_cached_and_optimizer_objects_are_not() -> None:

@@ -45,11 +45,14 @@ from pytapp.expression import is_torch, result_datatype
 from pytapp.network import Network
 from pytapp.precision import Prectype
 
-__all__ = ["PROGRAM_CACHE_SIZE", "TorchProgram", "clear_cache", "einsum", "plan", "run",
-           "torch_dtype"]
+__all__ = ["MATMUL_MAX_MADDS", "PROGRAM_CACHE_SIZE", "TorchProgram", "clear_cache", "einsum",
+           "plan", "run", "torch_dtype"]
 
 #: Most programs the cache keeps (the oldest goes first).
 PROGRAM_CACHE_SIZE = 256
+#: Largest batched product (multiply-adds) that keeps several batch axes for one matmul
+#: instead of reshaping them into one for bmm (see ``_gemm``).
+MATMUL_MAX_MADDS = 1 << 19
 
 #: One torch call of a program: a function of the tensor (or tensors) and fixed arguments.
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -317,12 +320,15 @@ class _Builder:
 def _gemm(lay: GemmLayout) -> _Lowered:
     """Lower a (batched) matrix product; vectors where A or B has no free label nor batch."""
     # Batch labels fuse into one axis (a view when their strides allow, as in torch.einsum):
-    # bmm, where matmul would loop over the batch on some layouts. Several batch labels with
-    # one label per matrix axis stay as they are: matmul folds them itself, in C++, which
-    # saves the operands' and the result's reshapes (three Python-level torch calls, about
-    # 3 us of a 40 us attention-score product of 2x4x32x16).
+    # bmm, where matmul would loop over the batch on some layouts. Small products with several
+    # batch labels and one label per matrix axis keep them: matmul folds them itself, in C++,
+    # which saves the operands' and the result's reshapes (Python-level torch calls: an
+    # attention-score product of 2x4x32x16 took 12.0 us against 12.6 as reshapes and bmm).
+    # On larger ones bmm on the fused views is the faster kernel (3.33 against 3.51 ms at
+    # 4x12x256x64): see MATMUL_MAX_MADDS.
     fn: Callable[..., Any]
-    if len(lay.h) > 1 and len(lay.fa) == len(lay.fb) == len(lay.p) == 1:
+    if (len(lay.h) > 1 and len(lay.fa) == len(lay.fb) == len(lay.p) == 1
+            and prod(lay.h_shape) * lay.m * lay.n * lay.k <= MATMUL_MAX_MADDS):
         fn = _matmul_swapped if lay.swap else torch.matmul
         natural = (*lay.h_shape, *((lay.n, lay.m) if lay.swap else (lay.m, lay.n)))
         return (*lay.h_shape, lay.m, lay.k), (*lay.h_shape, lay.k, lay.n), (fn, ()), natural
