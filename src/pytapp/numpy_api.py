@@ -34,7 +34,13 @@ from pytapp import backends
 from pytapp.analysis.letters import LETTERS
 from pytapp.analysis.subscripts import Equation, parse_subscripts
 from pytapp.datatypes import Datatype, datatype_of, datatype_of_data, torch_view
-from pytapp.direct import DirectCalls, TensordotModes, first_tensordot, matmul_pair
+from pytapp.direct import (
+    DirectCalls,
+    TensordotModes,
+    first_tensordot,
+    matmul_pair,
+    tensordot_pair,
+)
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.expression import (
     EinsumExpression,
@@ -855,8 +861,7 @@ def tensordot(a: ArrayLike, b: ArrayLike, axes: Any = 2, *,
                             f"shape-mismatch for sum: mode {i} of a has extent {shape_a[i]} "
                             f"but mode {j} of b has {shape_b[j]}; paired modes must be equal")
     if key is not None:
-        pair = (_modes_of(na, nb, key[6], axes) or TensordotModes(na, nb, ax_a, ax_b)).pair(
-            a, b) if key[-1] in _MATMUL_BACKENDS else None
+        pair = tensordot_pair(a, b, ax_a, ax_b) if key[-1] in _MATMUL_BACKENDS else None
         call = _TensordotCall(na, nb, ax_a, ax_b, None if pair is None else DirectCalls(pair))
         _remember_tensordot(key, call)
         found = None if call.direct is None else call.direct.run(a, b)

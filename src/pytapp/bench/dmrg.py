@@ -138,42 +138,40 @@ class _Paired:
 def _paired_solve(mode: str, sites: int, bonds: Sequence[int], sweeps: int
                   ) -> tuple[float, float, int]:
     """Solve once in ``mode`` with every routed call paired (see the module's notes)."""
-    import autoray
-    import numpy as np
-
-    import pytapp
-
     paired = _Paired()
-    with _routed(mode):
-        hook = sys.modules["cotengra.contract"]
-        if mode in ("registry", "both"):
-            for name in _ROUTED:
-                autoray.register_function("numpy", name,
-                                          paired.wrap(getattr(pytapp, name), getattr(np, name)))
-        if mode in ("cotengra", "both"):
-            hook.set_default_implementation((paired.wrap(pytapp.einsum, np.einsum),
-                                             paired.wrap(pytapp.tensordot, np.tensordot)))
+    with _routed(mode, paired.wrap):
         gc.collect()
         _solve(sites, bonds, sweeps)
     return paired.pytapp_s, paired.numpy_s, paired.count
 
 
+Route = Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]]
+
+
 @contextmanager
-def _routed(mode: str) -> Iterator[None]:
-    """Route quimb's NumPy calls to pytapp as ``mode`` says, restoring everything after."""
+def _routed(mode: str, route: Route | None = None) -> Iterator[None]:
+    """Route quimb's NumPy calls to pytapp as ``mode`` says, restoring everything after.
+
+    ``route(pytapp's function, NumPy's)`` gives what is installed (default: pytapp's).
+    """
     import autoray
+    import numpy as np
 
     import pytapp
     from pytapp import numpy_api
+
+    def chosen(name: str) -> Callable[..., Any]:
+        mine = getattr(pytapp, name)
+        return mine if route is None else route(mine, getattr(np, name))
 
     hook = sys.modules["cotengra.contract"]
     saved = {name: autoray.get_lib_fn("numpy", name) for name in _ROUTED}
     saved_impl = hook.get_default_implementation()
     if mode in ("registry", "both"):
         for name in _ROUTED:
-            autoray.register_function("numpy", name, getattr(pytapp, name))
+            autoray.register_function("numpy", name, chosen(name))
     if mode in ("cotengra", "both"):
-        hook.set_default_implementation((pytapp.einsum, pytapp.tensordot))
+        hook.set_default_implementation((chosen("einsum"), chosen("tensordot")))
     pytapp.clear_plan_cache()  # a new run: planning counts
     numpy_api.forget_calls()
     _forget_cotengra_expressions()
@@ -237,6 +235,13 @@ def run_dmrg(sites: int = 32, bonds: Sequence[int] = (8, 16, 32, 64), sweeps: in
     return result
 
 
+def _paired_text(r: DmrgResult, mode: str) -> str:
+    """``mode``'s paired routed calls: pytapp / NumPy milliseconds, ratio, count."""
+    mine, theirs, count = r.calls[mode]
+    return (f"{mine * 1e3:.1f} / {theirs * 1e3:.1f} ms ({r.calls_ratio(mode):.2f}x, "
+            f"{count} calls)")
+
+
 def _ordered(r: DmrgResult) -> list[str]:
     return [m for m in MODES if m in r.seconds]
 
@@ -249,12 +254,8 @@ def _verdicts(r: DmrgResult) -> list[str]:
         ratio = r.ratio(mode)
         gap = abs(r.energy[mode] - r.energy["numpy"])
         median = r.median("numpy") / r.median(mode)
-        paired = ""
-        if mode in r.calls:
-            mine, theirs, count = r.calls[mode]
-            paired = (f"; its {count} routed calls, paired in one solve: pytapp "
-                      f"{mine * 1e3:.1f} ms, NumPy {theirs * 1e3:.1f} ms "
-                      f"({r.calls_ratio(mode):.2f}x)")
+        paired = (f"; its routed calls, paired in one solve: pytapp / NumPy "
+                  f"{_paired_text(r, mode)}" if mode in r.calls else "")
         out.append(f"{mode}: {ratio:.2f}x quimb on NumPy, least of the rounds "
                    f"({'met' if ratio >= 1.0 else 'MISSED'}: target >= 1.0x; median "
                    f"{median:.2f}x), energy within "
@@ -294,16 +295,12 @@ def dmrg_markdown(r: DmrgResult) -> str:
     if r.skipped:
         return "\n".join([*lines, f"Skipped: {r.skipped}", ""])
     lines += ["| mode | least s | median s | vs NumPy (least) | vs NumPy (median) | routed "
-              "calls, paired: pytapp / NumPy ms | energy |",
+              "calls, paired: pytapp / NumPy | energy |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for mode in _ordered(r):
         ratio = f"{r.ratio(mode):.2f}x" if "numpy" in r.seconds else "-"
         median = f"{r.median('numpy') / r.median(mode):.2f}x" if "numpy" in r.seconds else "-"
-        paired = "-"
-        if mode in r.calls:
-            mine, theirs, count = r.calls[mode]
-            paired = (f"{mine * 1e3:.1f} / {theirs * 1e3:.1f} ({r.calls_ratio(mode):.2f}x, "
-                      f"{count} calls)")
+        paired = _paired_text(r, mode) if mode in r.calls else "-"
         lines.append(f"| {mode} | {r.seconds[mode]:.3f} | {r.median(mode):.3f} | {ratio} | "
                      f"{median} | {paired} | {r.energy[mode]!r} |")
     return "\n".join([*lines, "", *(f"- {v}" for v in _verdicts(r)), ""])
