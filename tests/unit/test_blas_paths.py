@@ -228,3 +228,82 @@ def test_short_copy_runs_are_copied_columns_first(expr: str, role: str, c: int, 
     np.testing.assert_array_equal(d, np.einsum(expr, a.astype(wide), b.astype(wide)))
     big = b if role == "b" else a
     assert flipped and all(np.prod(s) == big.size for s in flipped), flipped
+
+
+@pytest.mark.parametrize(("expr", "loops"), [
+    ("kbcd,kd->bc", 1),     # k and d do not fuse in A: loop over k, GEMVs over (bc) x d
+    ("kacb,kc->ab", 1),     # c lies between a and b: loop over k and a
+    ("kd,kbcd->bc", 1),     # the vector first
+    ("hkbd,hkd->hb", 1),    # with a batch label
+])
+# (C32 operands are not the compute type of their products: they take TTGT, tested above)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("epilogue", ["plain", "alpha_beta", "c_is_d"])
+def test_gemv_like_products_loop_over_summed_labels(expr: str, loops: int, dtype: type,
+                                                    epilogue: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GEMV-like product whose summed labels do not fuse runs as GEMVs on views over a
+    looped summed label, summed into D afterwards; exact on integer data, with the epilogue."""
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
+    monkeypatch.setattr(blas, "REDUCE_CALL_ELEMENTS", 4)
+    monkeypatch.setattr(blas, "REDUCE_TEMP_SHARE", 1.0)
+    sizes = {"k": 3, "a": 10, "b": 9, "c": 8, "d": 6, "h": 8}  # D: at least KERNEL_MIN_ROWS
+    rng = np.random.default_rng(31)
+    la, lb = expr.split("->")[0].split(",")
+    ld = expr.split("->")[1]
+
+    def ints(labels: str) -> np.ndarray:
+        x = rng.integers(-4, 5, [sizes[ch] for ch in labels]).astype(dtype)
+        if np.iscomplexobj(x):
+            x = x + 1j * rng.integers(-4, 5, x.shape)
+        return x
+
+    a, b, c = ints(la), ints(lb), ints(ld)
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    want = np.einsum(expr, a.astype(wide), b.astype(wide))
+    info = pytapp.TensorInfo.from_array
+    with pytapp.Handle("blas") as h:
+        d = np.full([sizes[ch] for ch in ld], np.nan, dtype=dtype)
+        if epilogue == "plain":
+            plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d), ld)
+            status = plan.execute(1.0, a, b, 0.0, None, d)
+        elif epilogue == "alpha_beta":
+            plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(c), ld, info(d), ld)
+            status = plan.execute(2.0, a, b, -3.0, c, d)
+            want = 2 * want - 3 * c.astype(wide)
+        else:  # C is D: D's old values enter the sum before the GEMVs overwrite anything
+            d[...] = c
+            plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(d), ld, info(d), ld)
+            status = plan.execute(2.0, a, b, -3.0, d, d)
+            want = 2 * want - 3 * c.astype(wide)
+    assert "summed after over k" in status.algorithm, status.algorithm
+    np.testing.assert_array_equal(d, want)
+
+
+def test_gemv_like_products_keep_the_kernel_for_tiny_calls() -> None:
+    """GEMVs reading fewer than REDUCE_CALL_ELEMENTS elements each stay on the fused pass."""
+    rng = np.random.default_rng(32)
+    a = rng.integers(-4, 5, (3, 10, 7, 9)).astype(np.float64)  # kacb: 30 GEMVs of 7 x 9
+    b = rng.integers(-4, 5, (3, 7)).astype(np.float64)
+    d = np.zeros((10, 9))
+    algorithm = _run("kacb,kc->ab", a, b, d)
+    assert "summed after" not in algorithm
+    np.testing.assert_array_equal(d, np.einsum("kacb,kc->ab", a, b))
+
+
+def test_view_gemms_loop_over_summed_labels_only_when_they_do_not_fuse() -> None:
+    from pytapp.analysis.spec import build_spec
+    from pytapp.analysis.viewgemm import view_gemms
+
+    f = pytapp.Datatype.F64
+
+    def spec(a_strides: tuple[int, ...]) -> object:
+        return build_spec(a=(f, (3, 4, 5, 6), a_strides, "kbcd", 0), b=(f, (3, 6), (6, 1), "kd", 0),
+                          c=(f, (4, 5), (5, 1), "bc", 0), d=(f, (4, 5), (5, 1), "bc", 0), prec=-1)
+
+    split = view_gemms(spec((120, 30, 6, 1)))  # type: ignore[arg-type]
+    best = min(split, key=lambda g: g.calls)
+    assert (best.batch, best.reduced, best.m, best.n, best.k) == (("k",), 1, 20, 1, 6)
+    assert best.d.strides[0] == 0  # the summed loop does not move in D
+    fused = view_gemms(spec((6, 90, 18, 1)))  # type: ignore[arg-type]  # (k, d) fuse: k*6 + d
+    assert fused and all(g.reduced == 0 for g in fused)

@@ -226,7 +226,7 @@ def _gemm_step(spec: ContractionSpec, g: ViewGemm, item: int) -> GemmStep | None
 
 def _choose_gemm(spec: ContractionSpec, item: int) -> tuple[ViewGemm, GemmStep] | None:
     model, cplx = MachineModel(), spec.rule.is_complex
-    ranked = sorted(view_gemms(spec),
+    ranked = sorted((g for g in view_gemms(spec) if not g.reduced),  # no summing pass here
                     key=lambda g: view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx))
     for g in ranked:
         if g.m * g.n * g.k < GEMM_MIN_MADDS:

@@ -29,13 +29,16 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from math import prod
 
+from pytapp.analysis.labels import LabelClasses
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 
 __all__ = ["MatrixView", "ViewGemm", "view_gemms"]
 
 Label = Hashable
-#: Most free labels moved into the loop.
+#: A group of labels fused in place: their order, and each operand's fused stride.
+Fused = tuple[tuple[Label, ...], list[int]]
+#: Most free (and, separately, summed) labels moved into the loop.
 MAX_LOOPED = 3
 
 
@@ -53,7 +56,8 @@ class ViewGemm:
 
     ``a``, ``b`` and ``d`` describe the operands (over their merged modes) as batched
     matrices: A ``(*batch, m, k)``, B ``(*batch, k, n)``, D ``(*batch, m, n)``; a batch label
-    absent from an operand has stride 0 there.
+    absent from an operand has stride 0 there. The first ``reduced`` batch labels are summed
+    labels (D's stride 0): their GEMMs go into a temporary, then summed into D.
     """
 
     batch: tuple[Label, ...]
@@ -68,6 +72,7 @@ class ViewGemm:
     a: MatrixView
     b: MatrixView
     d: MatrixView
+    reduced: int = 0
 
 
 def _strides(op: OperandSpec) -> dict[Label, int]:
@@ -75,7 +80,7 @@ def _strides(op: OperandSpec) -> dict[Label, int]:
 
 
 def _fuse(labels: Sequence[Label], ext: dict[Label, int],
-          ops: Sequence[dict[Label, int]]) -> tuple[tuple[Label, ...], list[int]] | None:
+          ops: Sequence[dict[Label, int]]) -> Fused | None:
     """Return an order of ``labels`` that every operand fuses in place.
 
     The order is outermost first and comes with each operand's fused stride; ``None`` when
@@ -104,7 +109,9 @@ def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
 
     Only plain contractions qualify: contracted labels, no isolated or broadcast labels.
     Only the mappings that loop over the fewest free labels are listed: looping over one more
-    label only splits the same GEMMs into more, smaller calls.
+    label only splits the same GEMMs into more, smaller calls. When the contracted labels do
+    not fuse, the fewest of them that leave the others fusing are looped over too, as
+    ``reduced`` batch labels (``kbcd,kd->bc``: 12 GEMVs ``(bc x d) (d)``, summed after).
     The blas backend and the compiled executor's lowering both ask, so the answer is
     remembered per spec.
     """
@@ -119,9 +126,25 @@ def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
     ext = {x: spec.extent(x) for x in (*cls.H, *cls.FA, *cls.FB, *cls.P)}
     sa, sb, sd = _strides(spec.a), _strides(spec.b), _strides(spec.d)
     free = [x for x in (*cls.FA, *cls.FB) if ext[x] > 1]
-    inner = _fuse(cls.P, ext, [sa, sb])  # the same whatever is looped over
-    if inner is None:
-        return ()
+    summed = [x for x in cls.P if ext[x] > 1]
+    for size in range(min(MAX_LOOPED, len(summed)) + 1):
+        found: list[ViewGemm] = []
+        for reduced in itertools.combinations(summed, size):
+            kept = [x for x in cls.P if x not in reduced]
+            inner = _fuse(kept, ext, [sa, sb])  # the same whatever free label is looped over
+            if inner is not None:
+                found += _free_loops(cls, ext, free, (sa, sb, sd), reduced, (tuple(kept), inner))
+        if found:
+            return tuple(found)
+    return ()
+
+
+def _free_loops(cls: LabelClasses, ext: dict[Label, int], free: list[Label],
+                strides: tuple[dict[Label, int], ...], reduced: tuple[Label, ...],
+                inner_fused: tuple[tuple[Label, ...], Fused]) -> tuple[ViewGemm, ...]:
+    """Return the mappings looping over the fewest free labels, with ``reduced`` summed loops."""
+    sa, sb, sd = strides
+    kept, inner = inner_fused
     found: list[ViewGemm] = []
     for size in range(min(MAX_LOOPED, len(free)) + 1):
         if found:
@@ -133,12 +156,12 @@ def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
             cols = _fuse(fb, ext, [sb, sd]) if rows is not None else None
             if rows is None or cols is None:
                 continue
-            m, n, k = (prod(ext[x] for x in g) for g in (fa, fb, cls.P))
+            m, n, k = (prod(ext[x] for x in g) for g in (fa, fb, kept))
             (ra, rd), (cb, cd), (ka, kb) = rows[1], cols[1], inner[1]
             if not (_blas(m, k, ra, ka) and _blas(k, n, kb, cb) and _blas(m, n, rd, cd)):
                 continue
             swap = not (n <= 1 or cd == 1)  # D column-major per GEMM: compute D^T = B^T A^T
-            batch = (*cls.H, *looped)
+            batch = (*reduced, *cls.H, *looped)
             bshape = tuple(ext[x] for x in batch)
             found.append(ViewGemm(
                 batch=batch, rows=rows[0], cols=cols[0], inner=inner[0],
@@ -146,5 +169,6 @@ def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
                 a=MatrixView((*bshape, m, k), (*(sa.get(x, 0) for x in batch), ra, ka)),
                 b=MatrixView((*bshape, k, n), (*(sb.get(x, 0) for x in batch), kb, cb)),
                 d=MatrixView((*bshape, m, n), (*(sd.get(x, 0) for x in batch), rd, cd)),
+                reduced=len(reduced),
             ))
     return tuple(found)

@@ -173,7 +173,9 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
     for name in capable:
         if name == "blas":
             route = p.route
-            if route in (Route.ELEMENTWISE, Route.REDUCE):
+            if route in (Route.ELEMENTWISE, Route.REDUCE) or (
+                    route is Route.VIEW_GEMM and p.view is not None and min(p.view[:2]) == 1):
+                # one pass over the operands (GEMVs on views stream them too)
                 out[name] = touched / machine.bandwidth
             elif route is Route.VIEW_GEMM and p.view is not None:
                 vm, vn, vk, calls = p.view

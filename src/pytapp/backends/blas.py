@@ -119,6 +119,11 @@ def split_pays() -> bool:
     return _split_ratio <= SPLIT_GAIN
 #: Fewest output elements for which a GEMV-like product runs as one fused kernel.
 KERNEL_MIN_ROWS = 64
+#: A GEMV-like product runs as GEMVs on views (summed labels looped) when each call reads at
+#: least this many elements (NumPy's per-call cost stays small against the stream) ...
+REDUCE_CALL_ELEMENTS = 1024
+#: ... and the temporary of partial results is at most this share of the larger operand.
+REDUCE_TEMP_SHARE = 0.125
 #: Products whose operands all hold at most this many elements, and that are not GEMMs on
 #: operands used as they lie, run as one ``numpy.einsum`` call and NumPy's in-place epilogue:
 #: at this size a call's fixed costs (layout analysis, views, kernel dispatch) are the time.
@@ -193,6 +198,22 @@ def _copy_columns_first(x: np.ndarray, nh: int, lead: int) -> tuple[int, ...] | 
     order = (*range(nh), *range(lead, x.ndim), *range(nh, lead))
     flipped = _copy_run(tuple(x.shape[i] for i in order), tuple(x.strides[i] for i in order))
     return order if flipped >= COPY_RUN_GAIN * run else None
+
+
+def _blas_strides(mv: MatrixView) -> tuple[int, ...]:
+    """``mv``'s element strides, with a matrix axis of extent 1 given the stride BLAS expects.
+
+    Any stride addresses the one element of such an axis, but NumPy hands a matrix to BLAS
+    only with one unit stride and the other a leading dimension: a ``(k, 1)`` column of stride
+    0 there ran NumPy's own loop, 3x slower.
+    """
+    st = list(mv.strides)
+    if len(st) >= 2:
+        if mv.shape[-1] == 1:
+            st[-1] = 1 if mv.shape[-2] == 1 or st[-2] != 1 else mv.shape[-2]
+        if mv.shape[-2] == 1:
+            st[-2] = max(mv.shape[-1], 1) if st[-1] == 1 else 1
+    return tuple(st)
 
 
 def _blasable(x: np.ndarray) -> bool:
@@ -377,9 +398,35 @@ class BlasPlan(Stateless):
         #: time: NumPy gives BLAS only aligned data, and copying them costs more).
         self.reduce_ok = gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS
         if self.reduce_ok and not blas_in_place:
-            return Route.REDUCE
+            self.view_gemm = self._reducing_view_gemm()
+            return Route.REDUCE if self.view_gemm is None else Route.VIEW_GEMM
         self.view_gemm = self._choose_view_gemm() if self.kind is Kind.GEMM else None
         return Route.VIEW_GEMM if self.view_gemm is not None else None
+
+    def _views_allowed(self) -> bool:
+        """BLAS cannot conjugate, and the view route writes C's terms where D lies."""
+        spec = self.spec
+        return not any(op.conjugates for op in (spec.a, spec.b)) and \
+            spec.c.strides == spec.d.strides
+
+    def _reducing_view_gemm(self) -> ViewGemm | None:
+        """Return the GEMVs on views of a GEMV-like product whose summed labels do not fuse.
+
+        ``kbcd,kd->bc`` (o=12, v=48) is 12 GEMVs ``(bc x d) (d)`` into a 12 x 2304 temporary,
+        summed into D: 0.28 ms, where the multiply-reduce pass takes 0.62 ms (BLAS's GEMV
+        streams the operand at the copy rate). Taken when each call reads at least
+        :data:`REDUCE_CALL_ELEMENTS` elements and the temporary is at most
+        :data:`REDUCE_TEMP_SHARE` of the larger operand.
+        """
+        if not self._views_allowed():
+            return None
+        spec = self.spec
+        big = max(spec.a.size, spec.b.size)
+        out = prod(self.spec.extent(x) for x in self.spec.d.modes.labels)
+        fit = [g for g in view_gemms(spec)
+               if g.reduced and max(g.m, g.n) * g.k >= REDUCE_CALL_ELEMENTS
+               and out * prod(g.d.shape[:g.reduced]) <= REDUCE_TEMP_SHARE * big]
+        return min(fit, key=lambda g: (g.calls, prod(g.d.shape[:g.reduced])), default=None)
 
     def _views(self) -> ViewGemm:
         """Return the GEMMs-on-views mapping of route ``view-gemm`` (set with the route)."""
@@ -390,8 +437,7 @@ class BlasPlan(Stateless):
     def _choose_view_gemm(self) -> ViewGemm | None:
         """Return the cheapest GEMMs-on-views mapping when the cost model prefers it to TTGT."""
         spec = self.spec
-        conj = any(op.conjugates for op in (spec.a, spec.b))
-        if conj or spec.c.strides != spec.d.strides:  # BLAS cannot conjugate; C as D
+        if not self._views_allowed():
             return None
         model, cplx = MachineModel(), self.spec.rule.is_complex
         item = self.compute.itemsize
@@ -399,7 +445,7 @@ class BlasPlan(Stateless):
         stored = 0 if p.d_direct else spec.d.size * item
         ttgt = ttgt_seconds(self.m, self.n, self.k, prod(self.h_shape), p.copy_bytes,
                             stored, model, cplx)
-        best = min(view_gemms(spec), default=None,
+        best = min((g for g in view_gemms(spec) if not g.reduced), default=None,
                    key=lambda g: view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx))
         if best is None or view_gemm_seconds(best.m, best.n, best.k, best.calls, model,
                                              cplx) >= ttgt:
@@ -410,9 +456,11 @@ class BlasPlan(Stateless):
         """Return what a kernel route does, for ``algorithm``."""
         if self.route is Route.VIEW_GEMM:
             g = self._views()
+            summed = (f", summed after over {', '.join(map(str, g.batch[:g.reduced]))}"
+                      if g.reduced else "")
             return (f"{g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
-                    f"[m={g.m}, n={g.n}, k={g.k}; loop over {', '.join(map(str, g.batch))}]"
-                    + (" (D^T = B^T A^T)" if g.swap else "") + " (no copies)")
+                    f"[m={g.m}, n={g.n}, k={g.k}; loop over {', '.join(map(str, g.batch))}"
+                    f"{summed}]" + (" (D^T = B^T A^T)" if g.swap else "") + " (no copies)")
         if self.route is Route.ELEMENTWISE:
             return "kernel: fused elementwise product into D (A, B, C read where they lie)"
         return (f"kernel: fused multiply-reduce into D [m={prod(self.h_shape) * self.m * self.n},"
@@ -433,9 +481,12 @@ class BlasPlan(Stateless):
 
         def view(x: np.ndarray, mv: MatrixView, writable: bool = False) -> np.ndarray:
             return np.lib.stride_tricks.as_strided(
-                x, shape=mv.shape, strides=tuple(s * x.itemsize for s in mv.strides),
+                x, shape=mv.shape, strides=tuple(s * x.itemsize for s in _blas_strides(mv)),
                 writeable=writable)
 
+        if g.reduced:
+            self._run_reducing_view_gemm(bound, view(bound.a, g.a), view(bound.b, g.b), threads)
+            return
         a, b, d = view(bound.a, g.a), view(bound.b, g.b), view(bound.d, g.d, writable=True)
         if g.swap:
             left, right, out = np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2), np.swapaxes(
@@ -455,6 +506,27 @@ class BlasPlan(Stateless):
             kernels.fused(d, d, None, c, alpha=bound.alpha,
                           beta=0 if c is None else bound.beta, conj_c=conj_c,
                           conj_out=conj_d, threads=threads)
+
+    def _run_reducing_view_gemm(self, bound: BoundProduct, a: np.ndarray, b: np.ndarray,
+                                threads: int | None) -> None:
+        """GEMMs over the looped summed labels into a temporary, summed into D; the epilogue."""
+        g, spec = self._views(), self.spec
+        r = g.reduced
+        d = np.lib.stride_tricks.as_strided(
+            bound.d, shape=g.d.shape[r:],
+            strides=tuple(s * bound.d.itemsize for s in g.d.strides[r:]), writeable=True)
+        with scratch.lease():  # the temporary: warm memory, given back
+            t = np.matmul(a, b, out=scratch.empty(g.d.shape, self.compute))
+            plain = bound.c is None and bound.alpha == 1 and not spec.d.conjugates
+            if plain:
+                np.sum(t, axis=tuple(range(r)), out=d)
+                return
+            total = np.sum(t, axis=tuple(range(r)))
+        kernels.fused(d, total, None, None if bound.c is None else np.lib.stride_tricks.as_strided(
+            bound.c, shape=d.shape, strides=tuple(
+                s * bound.c.itemsize for s in g.d.strides[r:])),
+            alpha=bound.alpha, beta=0 if bound.c is None else bound.beta,
+            conj_c=spec.c.conjugates, conj_out=spec.d.conjugates, threads=threads)
 
     def _run_route(self, bound: BoundProduct, threads: int | None,
                    route: Route | None = None) -> None:
