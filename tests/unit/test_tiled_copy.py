@@ -1,0 +1,73 @@
+"""The compiled tiled copy behind ``parallel_copyto``: exact on every permutation it takes,
+and it declines (writing nothing) what it does not cover.
+
+The oracle is NumPy's own ``copyto`` of the same views.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytapp.backends.threads import parallel_copyto
+from pytapp.kernels import program
+
+pytestmark = pytest.mark.skipif(program._cexec is None, reason="the extension is not built")
+
+
+@st.composite
+def permuted_views(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """A source view (permuted, maybe sliced with steps, reversed or padded) and a fresh dst."""
+    nd = draw(st.integers(2, 5))
+    shape = tuple(draw(st.integers(1, 40)) for _ in range(nd))
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.complex64, np.int32, np.int64]))
+    pad = draw(st.integers(1, 2))
+    base = np.arange(int(np.prod(shape)) * pad ** nd, dtype=np.int64).reshape(
+        tuple(e * pad for e in shape)).astype(dtype)
+    src = base[tuple(slice(None, None, pad) for _ in shape)]
+    if draw(st.booleans()):
+        src = src[::-1]
+    perm = draw(st.permutations(range(nd)))
+    src = src.transpose(perm)
+    return src, np.empty(src.shape, dtype)
+
+
+@settings(max_examples=300, deadline=None)
+@given(permuted_views())
+def test_tiled_copy_equals_numpys_copy(case: tuple[np.ndarray, np.ndarray]) -> None:
+    src, dst = case
+    dst[...] = 0
+    want = np.empty_like(dst)
+    np.copyto(want, src)
+    if program.tiled_copy(dst, src):
+        np.testing.assert_array_equal(dst, want)
+    else:
+        assert not dst.any()  # declined: nothing written
+    parallel_copyto(dst, src, threads=2, min_bytes=0)  # slabs on two threads, tiled or not
+    np.testing.assert_array_equal(dst, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
+def test_a_transpose_goes_through_the_tiles(dtype: type) -> None:
+    x = (np.arange(3 * 37 * 45).reshape(3, 37, 45) % 251).astype(dtype)
+    src = x.transpose(0, 2, 1)  # three 37 x 45 transposes
+    dst = np.zeros(src.shape, dtype)
+    assert program.tiled_copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
+
+
+def test_declines_what_it_does_not_cover() -> None:
+    x = np.arange(64.0 * 64).reshape(64, 64)
+    assert not program.tiled_copy(np.empty((64, 64)), x)  # no permutation: NumPy's memcpy
+    assert not program.tiled_copy(np.empty((64, 64), np.complex128), x.T.astype(np.complex128))
+    assert not program.tiled_copy(np.empty((64, 64), np.float32), x.T)  # a conversion
+    assert not program.tiled_copy(np.empty((64, 3)), x[:3].T)  # 3 < 8 elements on one side
+    over = np.arange(64.0 * 64).reshape(64, 64)
+    assert not program.tiled_copy(over, over.T)  # onto its own source
+    np.testing.assert_array_equal(over, np.arange(64.0 * 64).reshape(64, 64))
+    assert not program.tiled_copy(np.empty((64, 64)), np.float64(2.0))  # a scalar broadcasts
+    ro = np.empty((64, 64))
+    ro.flags.writeable = False
+    assert not program.tiled_copy(ro, x.T)
