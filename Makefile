@@ -28,12 +28,12 @@ test: lint
 
 bench: $(STAMP)
 	$(PY) -m pytapp bench --suite full --backend auto blas tblis torch --json docs/benchmarks.json --plot docs/benchmarks.png --markdown docs/benchmarks.md
-	$(PY) -m pytapp bench --suite networks --json docs/networks.json --plot docs/networks.png --markdown docs/networks.md
+	$(PY) -m pytapp bench --suite networks --repeats 15 --json docs/networks.json --plot docs/networks.png --markdown docs/networks.md
 	$(PY) -m pytapp bench --suite dask --json docs/dask.json --plot docs/dask.png --markdown docs/dask.md
 	$(PY) -m pytapp bench --suite targets --json docs/targets.json --plot docs/targets.png --markdown docs/targets.md
 	$(PY) -m pytapp bench --suite cc --repeats 5 --json docs/cc.json --markdown docs/cc.md
 	$(PY) -m pytapp bench --suite dmrg --repeats 9 --json docs/dmrg.json --markdown docs/dmrg.md
-	$(PY) -m pytapp bench --suite torch --json docs/torch.json --plot docs/torch.png --markdown docs/torch.md
+	$(PY) -m pytapp bench --suite torch --repeats 9 --json docs/torch.json --plot docs/torch.png --markdown docs/torch.md
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
