@@ -24,6 +24,15 @@ def _run(expr: str, a: np.ndarray, b: np.ndarray, d: np.ndarray, **kw: object) -
     return plan.algorithm
 
 
+def _ints(rng: np.random.Generator, labels: str, sizes: dict[str, int],
+          dtype: type) -> np.ndarray:
+    """Small integers over ``labels`` (exact in every datatype), complex where ``dtype`` is."""
+    x = rng.integers(-4, 5, [sizes[ch] for ch in labels]).astype(dtype)
+    if np.iscomplexobj(x):
+        x = x + 1j * rng.integers(-4, 5, x.shape)
+    return x
+
+
 @pytest.fixture(autouse=True)
 def _python_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTAPP_COMPILED", "0")
@@ -214,14 +223,7 @@ def test_short_copy_runs_are_copied_columns_first(expr: str, role: str, c: int, 
     rng = np.random.default_rng(11)
     la, lb = expr.split("->")[0].split(",")
     ld = expr.split("->")[1]
-
-    def ints(labels: str) -> np.ndarray:
-        x = rng.integers(-4, 5, [sizes[ch] for ch in labels]).astype(dtype)
-        if np.iscomplexobj(x):
-            x = x + 1j * rng.integers(-4, 5, x.shape)
-        return x
-
-    a, b = ints(la), ints(lb)
+    a, b = _ints(rng, la, sizes, dtype), _ints(rng, lb, sizes, dtype)
     d = np.full([sizes[ch] for ch in ld], np.nan, dtype=dtype)
     _run(expr, a, b, d)
     wide = np.complex128 if np.iscomplexobj(a) else np.float64
@@ -251,14 +253,7 @@ def test_gemv_like_products_loop_over_summed_labels(expr: str, loops: int, dtype
     rng = np.random.default_rng(31)
     la, lb = expr.split("->")[0].split(",")
     ld = expr.split("->")[1]
-
-    def ints(labels: str) -> np.ndarray:
-        x = rng.integers(-4, 5, [sizes[ch] for ch in labels]).astype(dtype)
-        if np.iscomplexobj(x):
-            x = x + 1j * rng.integers(-4, 5, x.shape)
-        return x
-
-    a, b, c = ints(la), ints(lb), ints(ld)
+    a, b, c = (_ints(rng, labels, sizes, dtype) for labels in (la, lb, ld))
     wide = np.complex128 if np.iscomplexobj(a) else np.float64
     want = np.einsum(expr, a.astype(wide), b.astype(wide))
     info = pytapp.TensorInfo.from_array
