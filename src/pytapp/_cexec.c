@@ -1306,6 +1306,8 @@ static PyTypeObject ChainType = {
 
 /* Elements per side of the square tiles a permuted copy moves through cache. */
 #define COPY_TILE 16
+/* Fewest elements in NumPy's innermost copy run for which the tiles pay (see tiled_copy). */
+#define COPY_MIN_RUN 256
 
 /* dst = src over nd axes (byte strides; no axis of extent < 2), the elements ``item`` bytes
  * each. Axis ``a`` is dst's fastest, axis ``b`` src's fastest (a != b): both are walked in
@@ -1385,6 +1387,21 @@ static PyObject *tiled_copy(PyObject *self, PyObject *args) {
     if (a == b || abs_stride(ds[a]) != item || abs_stride(ss[b]) != item
         || ext[a] < COPY_TILE / 2 || ext[b] < COPY_TILE / 2)
         Py_RETURN_FALSE;
+    /* NumPy's loop walks dst's fastest axis, merged with the next ones where both arrays
+     * allow: a run of fewer than COPY_MIN_RUN elements touches few enough source lines to find
+     * them in L1 on the next pass, and tiles only add loop overhead (the cc suite's 48-element
+     * runs: 2-13% slower through tiles; tt_matvec's 4096-element runs: 30% faster) */
+    npy_intp run = ext[a];
+    for (int cur = a, next = 0; next >= 0; ) {
+        next = -1;
+        for (int i = 0; i < nd; ++i)
+            if (ds[i] == ds[cur] * ext[cur] && ss[i] == ss[cur] * ext[cur]) next = i;
+        if (next >= 0) {
+            run *= ext[next];
+            cur = next;
+        }
+    }
+    if (run < COPY_MIN_RUN) Py_RETURN_FALSE;
     if (PyArray_NBYTES(dst) && PyArray_NBYTES(src)) {
         /* the two may not overlap: a permuted copy onto its own source reads what it wrote */
         npy_intp dl, dh, sl, sh;

@@ -51,23 +51,27 @@ def test_tiled_copy_equals_numpys_copy(case: tuple[np.ndarray, np.ndarray]) -> N
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
 def test_a_transpose_goes_through_the_tiles(dtype: type) -> None:
-    x = (np.arange(3 * 37 * 45).reshape(3, 37, 45) % 251).astype(dtype)
-    src = x.transpose(0, 2, 1)  # three 37 x 45 transposes
+    x = (np.arange(3 * 300 * 40).reshape(3, 300, 40) % 251).astype(dtype)
+    src = x.transpose(0, 2, 1)  # three 300 x 40 transposes: NumPy's runs of 300 elements
     dst = np.zeros(src.shape, dtype)
     assert program.tiled_copy(dst, src)
     np.testing.assert_array_equal(dst, src)
 
 
 def test_declines_what_it_does_not_cover() -> None:
+    w = np.arange(300.0 * 300).reshape(300, 300)
+    assert program.tiled_copy(np.empty((300, 300)), w.T)  # the case declined below but one
     x = np.arange(64.0 * 64).reshape(64, 64)
-    assert not program.tiled_copy(np.empty((64, 64)), x)  # no permutation: NumPy's memcpy
-    assert not program.tiled_copy(np.empty((64, 64), np.complex128), x.T.astype(np.complex128))
-    assert not program.tiled_copy(np.empty((64, 64), np.float32), x.T)  # a conversion
+    assert not program.tiled_copy(np.empty((300, 300)), w)  # no permutation: NumPy's memcpy
+    assert not program.tiled_copy(np.empty((300, 300), np.complex128), w.T.astype(np.complex128))
+    assert not program.tiled_copy(np.empty((300, 300), np.float32), w.T)  # a conversion
     assert not program.tiled_copy(np.empty((64, 3)), x[:3].T)  # 3 < 8 elements on one side
-    over = np.arange(64.0 * 64).reshape(64, 64)
+    # NumPy's runs of 64 elements: the lines they touch stay in L1, the tiles would not pay
+    assert not program.tiled_copy(np.empty((64, 64)), x.T)
+    over = np.arange(300.0 * 300).reshape(300, 300)
     assert not program.tiled_copy(over, over.T)  # onto its own source
-    np.testing.assert_array_equal(over, np.arange(64.0 * 64).reshape(64, 64))
-    assert not program.tiled_copy(np.empty((64, 64)), np.float64(2.0))  # a scalar broadcasts
-    ro = np.empty((64, 64))
+    np.testing.assert_array_equal(over, w)
+    assert not program.tiled_copy(np.empty((300, 300)), np.float64(2.0))  # a scalar broadcasts
+    ro = np.empty((300, 300))
     ro.flags.writeable = False
-    assert not program.tiled_copy(ro, x.T)
+    assert not program.tiled_copy(ro, w.T)
