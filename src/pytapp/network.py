@@ -31,7 +31,6 @@ import numpy as np
 
 from pytapp.analysis.subscripts import Equation
 from pytapp.datatypes import Datatype
-from pytapp.direct import DIRECT_MAX_FLOPS
 from pytapp.errors import ErrorCode, error_for
 from pytapp.handle import Handle
 from pytapp.kernels.program import available as program_executor_built
@@ -329,8 +328,7 @@ class Network:
             for j, (slot, labels) in enumerate(rest):
                 later = "".join(lbl for _, lbl in live) + "".join(lbl for _, lbl in rest[j + 1:])
                 if last_group and j == len(rest) - 1:
-                    out_labels = (self._natural(*self._rows_first(first_labels, labels),
-                                                set(output))
+                    out_labels = (self._natural(first_labels, labels, set(output))
                                   if self.free_layout else output)
                 else:
                     out_labels = self._intermediate(first_labels, labels,
@@ -394,23 +392,6 @@ class Network:
         both = [ch for ch in a if ch in keep and ch in b]
         return "".join([*both, *(ch for ch in a if ch in keep and ch not in b),
                         *(ch for ch in b if ch in keep and ch not in a)])
-
-    def _rows_first(self, a: str, b: str) -> tuple[str, str]:
-        """Return the two operands, the one whose own labels the result lays out first first.
-
-        Above :data:`~pytapp.direct.DIRECT_MAX_FLOPS` (below, einsum's matmul path answers in
-        the first operand's order, and each call must return one layout), the GEMM writing a
-        free layout takes as its rows the larger of the two groups of free labels (the second
-        operand's on a tie, as numpy.einsum's tensordot does): OpenBLAS ran
-        ``ijef,abef->ijab`` (o=12, v=48) in 22.4 ms as ``(ab) x (ij)`` against 24.4 ms as
-        ``(ij) x (ab)``, and ``ijab,kjcb->ikac`` in 6.95 against 7.89 ms.
-        """
-        def own(x: str, y: str) -> int:
-            return math.prod(self.sizes[ch] for ch in x if ch not in y)
-
-        if 2 * math.prod(self.sizes[ch] for ch in set(a) | set(b)) <= DIRECT_MAX_FLOPS:
-            return a, b  # einsum may answer as one matmul in the first's order: keep it
-        return (b, a) if own(b, a) >= own(a, b) else (a, b)
 
     def _intermediate(self, a: str, b: str, keep: set[str]) -> str:
         """Return the mode order of an intermediate.
