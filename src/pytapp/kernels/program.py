@@ -53,7 +53,6 @@ if _cexec is not None:
                           ctypes._SimpleCData))
 
 
-
 def tiled_copy(dst: np.ndarray, src: Any) -> bool:
     """Copy ``src`` into ``dst`` through cache tiles when their fastest axes differ.
 
@@ -76,6 +75,8 @@ def tiled_copy(dst: np.ndarray, src: Any) -> bool:
     """
     if _cexec is None or type(src) is not np.ndarray or type(dst) is not np.ndarray:
         return False  # a scalar source broadcasts; subclasses keep NumPy's own handling
+    if np.may_share_memory(dst, src):  # a permuted copy onto its source reads what it wrote
+        return False
     done: bool = _cexec.tiled_copy(dst, src)
     return done
 
