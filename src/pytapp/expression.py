@@ -211,6 +211,14 @@ class EinsumExpression:
         self._fast_dtypes: dict[tuple[Any, ...], tuple[Datatype, Handle]] = {}
         #: Input (dtype, strides) -> the network as compiled programs (False: it does not lower).
         self._chains: dict[tuple[Any, ...], Any] = {}
+        #: For ``auto``: the network and the one whose last GEMM writes the transposed result,
+        #: tried on the calls the program makes (:class:`pytapp.wisdom.Trial`) until one wins.
+        self._layouts: tuple[Network, Network] | None = None
+        self._trial: wisdom.Trial | None = None
+        flipped = (self.network.flipped() if self.backend == "auto" and not self._never_time
+                   else None)
+        if flipped is not None:
+            self._layouts, self._trial = (self.network, flipped), wisdom.Trial(2)
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -269,10 +277,12 @@ class EinsumExpression:
                 self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
             start = time.perf_counter()
             if target is not None and target.dtype == want:
-                net.run(views, dt, handle, target)
+                net.run(views, dt, handle, target)  # out's layout: nothing to try
                 result = target
             else:
+                net, which = self._layout(dt)
                 result = net.run(views, dt, handle)
+                self._tried(which, dt, time.perf_counter() - start)
             seconds = time.perf_counter() - start
         finally:
             handle.unlease()
@@ -297,7 +307,7 @@ class EinsumExpression:
         not counted towards tuning, and those networks have nothing left to tune.
         """
         key = tuple((a.dtype, a.strides) for a in arrays)
-        if key in self._chains:
+        if key in self._chains or self._trial is not None:  # a chain runs one layout
             return
         settled = dt in self._settled
         handle = self._handle(dt)
@@ -345,12 +355,52 @@ class EinsumExpression:
             want = dt.numpy_dtype
             views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
             start = time.perf_counter()
+            trying = self._trial is not None
+            net, which = self._layout(dt)
             result = net.run(views, dt, handle)
+            seconds = time.perf_counter() - start
+            self._tried(which, dt, seconds)
         finally:
             handle.unlease()
         if dt not in self._settled:
-            self._count(views, dt, time.perf_counter() - start)
+            self._count(views, dt, seconds)
+        if trying and self._trial is None:  # just chosen: compile the winner for these layouts
+            self._remember_chain(arrays, dt)
         return result[()] if result.ndim == 0 else result
+
+    def _layout(self, dt: Datatype) -> tuple[Network, int]:
+        """Return the network this call runs and its candidate number (-1: no trial).
+
+        While the two result layouts are tried, the trial's pick; a layout this machine's
+        wisdom holds for the network is taken without a trial.
+        """
+        trial, layouts = self._trial, self._layouts
+        if trial is None or layouts is None:
+            return self.network, -1
+        if trial.calls == 0:
+            known = wisdom.lookup("layout", self._key(dt))
+            if isinstance(known, dict) and isinstance(known.get("flipped"), bool):
+                self._settle(layouts[1] if known["flipped"] else layouts[0])
+                return self.network, -1
+        which = trial.pick()
+        return layouts[which], which
+
+    def _tried(self, which: int, dt: Datatype, seconds: float) -> None:
+        """Count a call of candidate ``which``; keep the winner once the trial has one."""
+        trial, layouts = self._trial, self._layouts
+        if which < 0 or trial is None or layouts is None:
+            return
+        winner = trial.add(which, seconds)
+        if winner is not None:
+            self._settle(layouts[winner])
+            wisdom.record("layout", self._key(dt), {
+                "flipped": layouts[winner].flip_final, "seconds": trial.best,
+                "equation": str(self.equation)})
+
+    def _settle(self, network: Network) -> None:
+        """Run ``network`` from now on (the other is dropped, not destroyed: a call may hold it)."""
+        self.network = network
+        self._trial = self._layouts = None
 
     def _handle(self, dt: Datatype) -> Handle:
         """Return the handle of this call.

@@ -46,6 +46,10 @@ _log = logging.getLogger("pytapp")
 
 #: Most TAPP plans one step keeps (one per operand layout and datatype).
 STEP_PLAN_CACHE = 16
+#: Fewest flops of a last step whose result layout is worth trying both ways (see
+#: :meth:`Network.flipped`): a few milliseconds a call, so that planning the other layout
+#: (about a millisecond) and the few calls of the slower one are repaid within 20 calls.
+FLIP_MIN_FLOPS = 1 << 28
 
 Path = list[tuple[int, ...]]
 
@@ -275,7 +279,7 @@ class Network:
 
     def __init__(self, equation: Equation, shapes: Sequence[tuple[int, ...]], *,
                  optimize: Any = "auto", memory_limit: Any = None,
-                 free_layout: bool = False) -> None:
+                 free_layout: bool = False, flip_final: bool = False) -> None:
         self.equation = equation
         self.shapes = tuple(tuple(int(x) for x in s) for s in shapes)
         self.sizes = _sizes(equation, self.shapes)
@@ -286,6 +290,7 @@ class Network:
         start = time.perf_counter()
         self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
         self.free_layout = free_layout
+        self.flip_final = flip_final and free_layout
         self.steps = self._steps()
         last = self.steps[-1].out_labels if self.steps else equation.output
         #: Axes of the last step's result that give the output's order (None: the same).
@@ -301,6 +306,37 @@ class Network:
         self._bound: dict[tuple[int, Datatype], tuple[TensorProduct, BoundProduct]] = {}
         self._lock = threading.Lock()  # the plan caches
         self._busy = threading.Lock()  # held by the call that uses the shared buffers
+
+    def flipped(self) -> Network | None:
+        """Return this network with its last GEMM computing the transposed result, or ``None``.
+
+        A free result layout (``free_layout``) is the last step's GEMM's: A's free labels
+        then B's. The other order, B's then A's (numpy.einsum's for two operands), is the same
+        GEMM transposed, ``D^T = B^T A^T``: BLAS runs the two at different speeds, by up to
+        15% either way depending on the shapes and the machine, and no model here tells which.
+        ``None`` unless the layout is free, the last step multiplies two operands that each
+        keep a label of their own, and it has at least :data:`FLIP_MIN_FLOPS` flops.
+
+        Examples
+        --------
+        >>> from pytapp.analysis.subscripts import parse_subscripts
+        >>> net = Network(parse_subscripts("ik,jk->ij", [2, 2]), [(4096, 64), (2048, 64)],
+        ...               free_layout=True)
+        >>> net.steps[-1].out_labels, net.flipped().steps[-1].out_labels
+        ('ij', 'ji')
+        """
+        if not self.free_layout or not self.steps or self.steps[-1].b is None:
+            return None
+        last = self.steps[-1]
+        own_a = set(last.a_labels) - set(last.b_labels)
+        own_b = set(last.b_labels) - set(last.a_labels)
+        kept = set(last.out_labels)
+        labels = set(last.a_labels) | set(last.b_labels)
+        if (not own_a & kept or not own_b & kept
+                or 2 * math.prod(self.sizes[ch] for ch in labels) < FLIP_MIN_FLOPS):
+            return None
+        return Network(self.equation, self.shapes, optimize=list(self.path),
+                       free_layout=True, flip_final=not self.flip_final)
 
     def _limit(self, memory_limit: Any) -> int | None:
         if memory_limit is None:
@@ -328,8 +364,9 @@ class Network:
             for j, (slot, labels) in enumerate(rest):
                 later = "".join(lbl for _, lbl in live) + "".join(lbl for _, lbl in rest[j + 1:])
                 if last_group and j == len(rest) - 1:
-                    out_labels = (self._natural(first_labels, labels, set(output))
-                                  if self.free_layout else output)
+                    pair = (labels, first_labels) if self.flip_final else (first_labels, labels)
+                    out_labels = (self._natural(*pair, set(output)) if self.free_layout
+                                  else output)
                 else:
                     out_labels = self._intermediate(first_labels, labels,
                                                     set(output) | set(later))

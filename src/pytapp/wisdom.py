@@ -11,7 +11,9 @@ the old one, so a reader sees one whole version or the other.
 
 :class:`Budget` is the rule both tuners follow: the cost model decides by default, and a
 product (or network) is timed only once it has run :data:`MIN_RUNS` times and the timing
-costs at most :data:`TUNE_SHARE` of the time it has run and is predicted to run.
+costs at most :data:`TUNE_SHARE` of the time it has run and is predicted to run. A
+:class:`Trial` adds no call at all: it spreads the calls a product makes anyway over
+candidates that compute the same result (a GEMM and its transpose), then keeps the fastest.
 
 Examples
 --------
@@ -37,12 +39,17 @@ from typing import Any
 
 from pytapp.machine import cache_dir, fingerprint
 
-__all__ = ["MIN_RUNS", "TUNE_SHARE", "Budget", "forget", "lookup", "path", "record"]
+__all__ = ["MIN_RUNS", "TRIAL_AFTER", "TRIAL_SAMPLES", "TUNE_SHARE", "Budget", "Trial", "forget",
+           "lookup", "path", "record"]
 
 #: Share of a product's past and predicted run time that timing it may cost.
 TUNE_SHARE = 0.1
 #: Fewest executions before a product is timed (a product run a few times never is).
 MIN_RUNS = 50
+#: Calls a product runs as the model chose before a :class:`Trial` alternates its candidates.
+TRIAL_AFTER = 2
+#: Timed calls of each candidate in a :class:`Trial` (after one untimed call that plans it).
+TRIAL_SAMPLES = 2
 #: Most entries kept per section (the oldest are dropped first).
 SECTION_SIZE = 4096
 #: File format version (a file of another version is ignored).
@@ -68,6 +75,61 @@ class Budget:
     def allows(self, cost: float) -> bool:
         """Whether timing that costs ``cost`` seconds fits the budget now."""
         return self.runs >= MIN_RUNS and cost <= TUNE_SHARE * 2 * self.seconds
+
+
+class Trial:
+    """Candidates of one product alternated over the calls it makes anyway, then the fastest.
+
+    No call is added: where the candidates compute the same result at costs no model here
+    tells apart (a GEMM and its transpose), the calls the program makes are spread over
+    them, after :data:`TRIAL_AFTER` calls of the model's choice (candidate 0). Each
+    candidate's first call plans it and is not timed; after :data:`TRIAL_SAMPLES` timed calls
+    of each, the one with the least time wins. What it can cost is what the slower candidate
+    loses on its few calls.
+
+    Examples
+    --------
+    >>> t = Trial(2)
+    >>> picks = []
+    >>> while t.winner is None:
+    ...     k = t.pick()
+    ...     picks.append(k)
+    ...     _ = t.add(k, 2e-3 if k == 0 else 1e-3)
+    >>> picks, t.winner
+    ([0, 0, 1, 0, 1, 0, 1], 1)
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.calls = 0
+        self.seen = [0] * count
+        self.timed = [0] * count
+        self.best = [float("inf")] * count
+        #: The fastest candidate, once every one has been timed (``None`` until then).
+        self.winner: int | None = None
+        self._lock = threading.Lock()
+
+    def pick(self) -> int:
+        """Return the candidate the next call runs."""
+        if self.winner is not None:
+            return self.winner
+        if self.calls < TRIAL_AFTER:
+            return 0
+        return (self.calls - TRIAL_AFTER + 1) % self.count
+
+    def add(self, which: int, seconds: float) -> int | None:
+        """Count a call of candidate ``which`` that took ``seconds``; return the winner if known."""
+        with self._lock:
+            if self.winner is not None:
+                return self.winner
+            self.calls += 1
+            self.seen[which] += 1
+            if self.seen[which] > 1 and self.calls > TRIAL_AFTER:  # not the call that planned it
+                self.best[which] = min(self.best[which], seconds)
+                self.timed[which] += 1
+            if min(self.timed) >= TRIAL_SAMPLES:
+                self.winner = min(range(self.count), key=lambda k: self.best[k])
+            return self.winner
 
 
 def path() -> Path | None:

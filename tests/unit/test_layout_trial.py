@@ -1,0 +1,194 @@
+"""The result layout tried both ways on an auto einsum's own calls (wisdom.Trial).
+
+A free result layout is the last GEMM's (A's free labels, then B's); the transposed GEMM
+writes B's first. auto expressions whose last step is large alternate the two over the calls
+the program makes, keep the faster, and record it in the machine's wisdom. Every result is
+checked against numpy.einsum on exact integer data, whichever layout wrote it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pytapp
+from pytapp import direct, network, numpy_api, wisdom
+from pytapp.datatypes import datatype_of
+from pytapp.expression import EinsumExpression, forget_expressions
+
+
+def _ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-4, 5, shape).astype(np.float64)
+
+
+@pytest.fixture(autouse=True)
+def _small_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials on small products, a wisdom file of this test's own, no remembered calls."""
+    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1)
+    monkeypatch.setattr(direct, "DIRECT_MAX_FLOPS", 0)  # planned at once, as large products are
+    monkeypatch.setenv("PYTAPP_WISDOM", str(tmp_path / "wisdom.json"))
+    monkeypatch.delenv("PYTAPP_AUTOTUNE", raising=False)
+    monkeypatch.delenv("PYTAPP_BACKEND", raising=False)
+    wisdom.forget()
+    forget_expressions()
+    for name in ("_pairs", "_thin", "_chains", "_tensordot_calls"):
+        monkeypatch.setattr(numpy_api, name, {})
+
+
+def _run_trial(trial: wisdom.Trial, seconds: dict[int, float]) -> list[int]:
+    picks = []
+    while trial.winner is None:
+        k = trial.pick()
+        picks.append(k)
+        trial.add(k, seconds[k])
+    return picks
+
+
+def test_trial_alternates_after_the_model_choice_and_keeps_the_least() -> None:
+    picks = _run_trial(wisdom.Trial(2), {0: 1e-3, 1: 3e-3})
+    after = wisdom.TRIAL_AFTER
+    assert picks[:after] == [0] * after  # the model's choice first, no other plan yet
+    assert picks[after] == 1  # then the other, whose first call plans it
+    assert picks.count(1) == wisdom.TRIAL_SAMPLES + 1
+    trial = wisdom.Trial(2)
+    _run_trial(trial, {0: 1e-3, 1: 3e-3})
+    assert trial.winner == 0
+    trial = wisdom.Trial(2)
+    _run_trial(trial, {0: 3e-3, 1: 1e-3})
+    assert trial.winner == 1
+    assert trial.pick() == 1 and trial.add(0, 0.0) == 1  # decided: nothing changes it
+
+
+def test_trial_ignores_the_calls_that_plan() -> None:
+    trial = wisdom.Trial(2)
+    times = iter([1e-3, 1e-3, 9.0, 2e-3, 5e-4, 2e-3, 5e-4])  # candidate 1 plans slowly
+    while trial.winner is None:
+        trial.add(trial.pick(), next(times))
+    assert trial.winner == 1
+    assert trial.best == [2e-3, 5e-4]
+
+
+def test_trial_of_three_candidates() -> None:
+    trial = wisdom.Trial(3)
+    picks = _run_trial(trial, {0: 2e-3, 1: 3e-3, 2: 1e-3})
+    assert trial.winner == 2
+    assert {picks.count(k) for k in (1, 2)} == {wisdom.TRIAL_SAMPLES + 1}
+
+
+def _labels_of(result: np.ndarray) -> tuple[int, ...]:
+    return tuple(np.argsort(result.strides)[::-1])
+
+
+def test_flipped_network_writes_the_transposed_gemm() -> None:
+    from pytapp.analysis.subscripts import parse_subscripts
+
+    eq = parse_subscripts("ijk,kl->lij", [3, 2])
+    net = network.Network(eq, [(4, 5, 6), (6, 7)], free_layout=True)
+    other = net.flipped()
+    assert other is not None and other.flip_final
+    assert net.steps[-1].out_labels == "ijl" and other.steps[-1].out_labels == "lij"
+    assert other.path == net.path
+    assert other.flipped() is not None and not other.flipped().flip_final  # type: ignore[union-attr]
+    # nothing to flip: fixed layout, a GEMV, a one-operand network
+    assert network.Network(eq, [(4, 5, 6), (6, 7)]).flipped() is None
+    gemv = parse_subscripts("ijk,k->ij", [3, 1])
+    assert network.Network(gemv, [(4, 5, 6), (6,)], free_layout=True).flipped() is None
+    one = parse_subscripts("ij->ji", [2])
+    assert network.Network(one, [(4, 5)], free_layout=True).flipped() is None
+
+
+def test_flipped_needs_a_large_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytapp.analysis.subscripts import parse_subscripts
+
+    eq = parse_subscripts("ik,kj->ij", [2, 2])
+    net = network.Network(eq, [(8, 8), (8, 8)], free_layout=True)
+    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 2 * 8**3)
+    assert net.flipped() is not None
+    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 2 * 8**3 + 1)
+    assert net.flipped() is None
+
+
+@pytest.mark.parametrize(("eq", "shapes"), [
+    ("ik,jk->ij", [(24, 16), (20, 16)]),
+    ("ijef,abef->ijab", [(3, 4, 5, 6), (7, 2, 5, 6)]),
+    ("bij,bjk->kbi", [(3, 8, 5), (3, 5, 9)]),
+    ("ij,jk,kl->li", [(6, 7), (7, 8), (8, 9)]),
+    ("ac,ijcb->ijab", [(5, 6), (3, 4, 6, 7)]),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_einsum_right_in_both_layouts_and_settles(eq: str, shapes: list[tuple[int, ...]],
+                                                  dtype: type) -> None:
+    ops = [_ints(s, i).astype(dtype) for i, s in enumerate(shapes)]
+    if np.iscomplexobj(ops[0]):
+        ops = [x + 1j * _ints(x.shape, 9 + i) for i, x in enumerate(ops)]
+    wide = np.complex128 if np.iscomplexobj(ops[0]) else np.float64
+    want = np.einsum(eq, *[x.astype(wide) for x in ops])
+    layouts = set()
+    for _ in range(wisdom.TRIAL_AFTER + 2 * (wisdom.TRIAL_SAMPLES + 1) + 3):
+        got = pytapp.einsum(eq, *ops)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want.astype(dtype))
+        layouts.add(_labels_of(got))
+    assert len(layouts) == 2  # both layouts ran
+    expr = numpy_api._thin[next(iter(numpy_api._thin))]
+    assert expr._trial is None  # decided
+    known = wisdom.lookup("layout", expr._key(datatype_of(dtype)))
+    assert known["flipped"] is expr.network.flip_final
+    # from now on the winner's layout, through the compiled chain where there is one
+    final = {_labels_of(pytapp.einsum(eq, *ops)) for _ in range(3)}
+    assert len(final) == 1
+
+
+def test_expression_with_out_runs_no_trial() -> None:
+    a, b = _ints((12, 8), 0), _ints((10, 8), 1)
+    expr = EinsumExpression("ik,jk->ij", a.shape, b.shape)
+    out = np.empty((12, 10))
+    for _ in range(10):
+        expr(a, b, out=out)
+        np.testing.assert_array_equal(out, a @ b.T)
+    assert expr._trial is not None and expr._trial.calls == 0
+
+
+@pytest.mark.parametrize("how", ["backend", "autotune-off"])
+def test_no_trial_when_a_backend_is_forced_or_tuning_is_off(
+        how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if how == "autotune-off":
+        monkeypatch.setenv("PYTAPP_AUTOTUNE", "0")
+    backend = "blas" if how == "backend" else None
+    expr = EinsumExpression("ik,jk->ij", (12, 8), (10, 8), backend=backend)
+    assert expr._trial is None
+    a, b = _ints((12, 8), 0), _ints((10, 8), 1)
+    for _ in range(8):
+        got = expr(a, b)
+        np.testing.assert_array_equal(got, a @ b.T)
+        assert got.strides == (80, 8)  # always the natural layout
+
+
+def test_recorded_layout_is_used_without_a_trial() -> None:
+    a, b = _ints((12, 8), 0), _ints((10, 8), 1)
+    first = EinsumExpression("ik,jk->ij", a.shape, b.shape)
+    key = first._key(pytapp.Datatype.F64)
+    wisdom.record("layout", key, {"flipped": True, "seconds": [1.0, 0.5]})
+    wisdom.forget()  # read back from the file, as another process would
+    expr = EinsumExpression("ik,jk->ij", a.shape, b.shape)
+    got = expr(a, b)
+    np.testing.assert_array_equal(got, a @ b.T)
+    assert got.strides == (8, 96)  # j first: the transposed GEMM's layout
+    assert expr._trial is None and expr.network.flip_final
+
+
+def test_threads_sharing_one_expression_during_its_trial() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b = _ints((40, 30), 0), _ints((50, 30), 1)
+    want = a @ b.T
+    expr = EinsumExpression("ik,jk->ij", a.shape, b.shape)
+
+    def call(_: int) -> bool:
+        return bool(np.array_equal(expr(a, b), want))
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(pool.map(call, range(400)))
+    assert expr._trial is None
