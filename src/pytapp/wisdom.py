@@ -49,7 +49,7 @@ MIN_RUNS = 50
 #: Calls a product runs as the model chose before a :class:`Trial` alternates its candidates.
 TRIAL_AFTER = 2
 #: Timed calls of each candidate in a :class:`Trial` (after one untimed call that plans it).
-TRIAL_SAMPLES = 2
+TRIAL_SAMPLES = 3
 #: Most entries kept per section (the oldest are dropped first).
 SECTION_SIZE = 4096
 #: File format version (a file of another version is ignored).
@@ -96,7 +96,7 @@ class Trial:
     ...     picks.append(k)
     ...     _ = t.add(k, 2e-3 if k == 0 else 1e-3)
     >>> picks, t.winner
-    ([0, 0, 1, 0, 1, 0, 1], 1)
+    ([0, 0, 1, 0, 1, 0, 1, 0, 1], 1)
     """
 
     def __init__(self, count: int) -> None:

@@ -63,11 +63,13 @@ def test_trial_alternates_after_the_model_choice_and_keeps_the_least() -> None:
 
 def test_trial_ignores_the_calls_that_plan() -> None:
     trial = wisdom.Trial(2)
-    times = iter([1e-3, 1e-3, 9.0, 2e-3, 5e-4, 2e-3, 5e-4])  # candidate 1 plans slowly
+    # candidate 1's first call plans it, slowly; then each alternates
+    times = iter([1e-3, 1e-3, 9.0] + [2e-3, 5e-4] * wisdom.TRIAL_SAMPLES)
     while trial.winner is None:
         trial.add(trial.pick(), next(times))
     assert trial.winner == 1
     assert trial.best == [2e-3, 5e-4]
+    assert next(times, None) is None  # decided on the last timed call
 
 
 def test_trial_of_three_candidates() -> None:
