@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from pytapp import wisdom
+from pytapp import backends, wisdom
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
+from pytapp.backends.base import setup_seconds
 from pytapp.contraction import backend_name, leased_handle, shared_handle
 from pytapp.datatypes import (
     Datatype,
@@ -441,7 +442,7 @@ class EinsumExpression:
         # every candidate: one warm-up and the timed rounds, at about this network's pace
         cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)
                 * (1 + len(NETWORK_CANDIDATES)))
-        if budget.allows(cost):
+        if budget.allows(cost) and budget.allows(cost + _loading(NETWORK_CANDIDATES)):
             self.tune(views, dt)
 
     def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
@@ -493,6 +494,17 @@ class EinsumExpression:
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""
         self.network.release()
+
+
+def _loading(names: Sequence[str]) -> float:
+    """Seconds importing the libraries of backends ``names`` would cost now (0: imported)."""
+    total = 0.0
+    for name in names:
+        try:
+            total += setup_seconds(backends.get(name))
+        except TappError:  # not available here: never timed
+            continue
+    return total
 
 
 def path_key(optimize: Any) -> Any:

@@ -159,3 +159,72 @@ def test_two_processes_choose_the_same(wisdom_file: Path, tmp_path: Path) -> Non
     runs = [subprocess.run([sys.executable, "-c", _CHOOSE], env=env, capture_output=True,
                            text=True, check=True).stdout for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0].splitlines()) == 4
+
+
+class _Unloaded:
+    """A candidate backend whose library would take ``seconds`` to import (never planned)."""
+
+    name = "torch"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def setup_seconds(self) -> float:
+        return self.seconds
+
+
+def _auto_plan(loading: float) -> AutoPlan:
+    from pytapp import backends
+    from pytapp.analysis.spec import build_spec
+    from pytapp.datatypes import ElementOp
+    from pytapp.precision import Prectype
+
+    item = (pytapp.Datatype.F64, (64, 64), (64, 1))
+    spec = build_spec((*item, ("a", "b"), ElementOp.IDENTITY),
+                      (*item, ("b", "c"), ElementOp.IDENTITY),
+                      (*item, ("a", "c"), ElementOp.IDENTITY),
+                      (*item, ("a", "c"), ElementOp.IDENTITY), Prectype.DEFAULT, False)
+    candidates = {"blas": backends.get("blas"), "torch": _Unloaded(loading)}
+    return AutoPlan(spec, candidates, "blas", None,  # type: ignore[arg-type]
+                    predicted={"blas": 1e-3, "torch": 1e-3})
+
+
+@pytest.mark.parametrize("loading", [0.0, 2.0])
+def test_timing_a_candidate_counts_its_library_import(loading: float,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTAPP_AUTOTUNE", raising=False)
+    plan = _auto_plan(loading)
+    assert plan._timed == ["blas", "torch"]
+    plan.budget.runs, plan.budget.seconds = wisdom.MIN_RUNS, 1.0  # 1 s run: 0.2 s to spend
+    assert plan._should_tune(None) is (loading == 0.0)
+    plan.budget.runs, plan.budget.seconds = 1000, 20.0  # run long enough to pay the import too
+    assert plan._should_tune(None)
+
+
+def test_optional_module_import_cost() -> None:
+    from pytapp.backends.base import IMPORT_SECONDS, OptionalModule, setup_seconds
+
+    assert OptionalModule("numpy", "x").setup_seconds() == 0.0  # imported
+    module = OptionalModule("json.tool", "x")
+    if "json.tool" not in sys.modules:
+        assert module.setup_seconds() > 0.0
+    module.load()
+    assert module.setup_seconds() == 0.0
+    assert setup_seconds(object()) == 0.0
+    assert setup_seconds(_Unloaded(IMPORT_SECONDS["torch"])) == IMPORT_SECONDS["torch"]
+
+
+def test_pricing_and_budgeted_tuning_do_not_import_torch() -> None:
+    script = ("import sys, numpy as np, pytapp\n"
+              "for _ in range(300):\n"
+              "    pytapp.einsum('ij,jk->ik', np.ones((30, 30)), np.ones((30, 30)))\n"
+              "a = np.ones((12, 12, 48, 48))\n"
+              "for _ in range(60):\n"
+              "    pytapp.einsum('ijab,kjcb->ikac', a, a)\n"
+              "print('torch' in sys.modules)\n")
+    env = {**os.environ, "PYTAPP_WISDOM": "off"}
+    env.pop("PYTAPP_AUTOTUNE", None)
+    env.pop("PYTAPP_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "False"

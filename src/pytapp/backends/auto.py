@@ -43,7 +43,7 @@ from pytapp.analysis.cost import (
 from pytapp.analysis.program import TTGT_MAX_FLOPS, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile
-from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless
+from pytapp.backends.base import Backend, BackendPlan, Capabilities, Stateless, setup_seconds
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.executor import Executor
@@ -193,8 +193,16 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
             out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
                          if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
     if out and min(out.values()) < OVERHEADS_MATTER_BELOW:
-        for name, seconds in call_overheads(list(out)).items():
+        # a library not imported yet is not imported to measure its call: it would cost its
+        # import, priced here as that call's overhead
+        from pytapp import backends
+
+        loading = {name: setup_seconds(backends.get(name)) for name in out}
+        ready = [name for name in out if loading[name] == 0.0]
+        for name, seconds in call_overheads(ready).items():
             out[name] += seconds
+        for name in out:
+            out[name] += loading[name]
     return out
 
 
@@ -379,7 +387,11 @@ class AutoPlan:
         if budget.runs < wisdom.MIN_RUNS:
             return False
         cost = budget.seconds / budget.runs * self._cost_runs + self._cost_fixed
-        return budget.allows(cost)
+        if not budget.allows(cost):
+            return False
+        # a candidate whose library is not imported yet costs its import too (torch: seconds)
+        loading = sum(setup_seconds(self.candidates[n]) for n in self._timed if n not in self.plans)
+        return budget.allows(cost + loading)
 
     def release(self) -> None:
         """Release every candidate's plan."""

@@ -239,6 +239,10 @@ class TblisBackend(Stateless):
     def __init__(self) -> None:
         self._lib = OptionalModule("pytblis", "tblis")
 
+    def setup_seconds(self) -> float:
+        """Seconds the first plan would spend importing the library (0 once imported)."""
+        return self._lib.setup_seconds()
+
     def available(self) -> tuple[bool, str]:
         """Whether pytblis is installed (imported on first plan)."""
         return self._lib.available()

@@ -250,6 +250,10 @@ class TorchBackend(Stateless):
     def __init__(self) -> None:
         self._lib = OptionalModule("torch", "torch")
 
+    def setup_seconds(self) -> float:
+        """Seconds the first plan would spend importing the library (0 once imported)."""
+        return self._lib.setup_seconds()
+
     def available(self) -> tuple[bool, str]:
         """Whether torch is installed (imported on first plan)."""
         return self._lib.available()
