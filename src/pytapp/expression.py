@@ -27,7 +27,6 @@ import numpy as np
 
 from pytapp import backends, wisdom
 from pytapp.analysis.subscripts import Equation, from_sublists, parse_subscripts
-from pytapp.backends.base import setup_seconds
 from pytapp.contraction import backend_name, leased_handle, shared_handle
 from pytapp.datatypes import (
     Datatype,
@@ -277,14 +276,15 @@ class EinsumExpression:
             if numpy_inputs:
                 self._fast_dtypes[tuple(a.dtype for a in arrays)] = (dt, handle)
             start = time.perf_counter()
+            which = -1
             if target is not None and target.dtype == want:
                 net.run(views, dt, handle, target)  # out's layout: nothing to try
                 result = target
             else:
                 net, which = self._layout(dt)
                 result = net.run(views, dt, handle)
-                self._tried(which, dt, time.perf_counter() - start)
             seconds = time.perf_counter() - start
+            self._tried(which, dt, seconds)
         finally:
             handle.unlease()
         if dt not in self._settled:
@@ -442,7 +442,8 @@ class EinsumExpression:
         # every candidate: one warm-up and the timed rounds, at about this network's pace
         cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)
                 * (1 + len(NETWORK_CANDIDATES)))
-        if budget.allows(cost) and budget.allows(cost + _loading(NETWORK_CANDIDATES)):
+        if budget.allows(cost) and budget.allows(
+                cost + sum(backends.import_seconds(n) for n in NETWORK_CANDIDATES)):
             self.tune(views, dt)
 
     def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
@@ -494,17 +495,6 @@ class EinsumExpression:
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""
         self.network.release()
-
-
-def _loading(names: Sequence[str]) -> float:
-    """Seconds importing the libraries of backends ``names`` would cost now (0: imported)."""
-    total = 0.0
-    for name in names:
-        try:
-            total += setup_seconds(backends.get(name))
-        except TappError:  # not available here: never timed
-            continue
-    return total
 
 
 def path_key(optimize: Any) -> Any:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, cast
 
-from pytapp.backends.base import Backend, BackendPlan, Capabilities
+from pytapp.backends.base import Backend, BackendPlan, Capabilities, setup_seconds
 from pytapp.datatypes import Datatype
-from pytapp.errors import ErrorCode, error_for
+from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.precision import Prectype
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Capabilities",
     "available",
     "get",
+    "import_seconds",
     "matrix_markdown",
     "names",
     "register",
@@ -139,3 +140,19 @@ def matrix_markdown() -> str:
         cells = ["yes" if test(caps) else "no" for _, test in _FEATURES]
         lines.append("| " + " | ".join([f"`{name}`", *cells]) + " |")
     return "\n".join(lines)
+
+
+def import_seconds(name: str) -> float:
+    """Seconds backend ``name``'s first plan would spend importing its library (0: imported).
+
+    0 as well for a backend that is not available here (it is never planned).
+
+    Examples
+    --------
+    >>> import_seconds("blas")
+    0.0
+    """
+    try:
+        return setup_seconds(get(name))
+    except TappError:
+        return 0.0

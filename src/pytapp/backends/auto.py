@@ -197,7 +197,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
         # import, priced here as that call's overhead
         from pytapp import backends
 
-        loading = {name: setup_seconds(backends.get(name)) for name in out}
+        loading = {name: backends.import_seconds(name) for name in out}
         ready = [name for name in out if loading[name] == 0.0]
         for name, seconds in call_overheads(ready).items():
             out[name] += seconds
