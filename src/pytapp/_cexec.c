@@ -19,6 +19,7 @@
 #include <numpy/arrayobject.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@
 #include <time.h>
 
 #define MAXL 32 /* most merged labels a program loops over */
+#define MAX_WORKERS 64 /* most threads one blocked product splits over */
+#define SUMMED_MIN_ROWS 64 /* fewest rows of D a worker of summed_gemm takes */
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_C64 = 2, DT_C128 = 3 };
 enum { K_LOOP = 0, K_GEMM = 1, K_TTGT = 2 };
@@ -581,55 +584,65 @@ static int gemv_call(const Program *p, cval al, cval be, const char *L, const ch
                      char *D);
 
 /* One CBLAS GEMM: D = alpha op(L) op(R) + beta D, row-major. */
+static void gemm_raw(int dtype, int ta, int tb, int64_t m64, int64_t n64, int64_t k64, cval al,
+                     const char *L, int64_t lda64, const char *R, int64_t ldb64, cval be,
+                     char *D, int64_t ldd64);
+
 static void gemm_call(const Program *p, cval al, cval be, const char *L, const char *R,
                       char *D) {
     if (gemv_call(p, al, be, L, R, D)) return;
-    void *f = g_gemm[p->dtype];
+    gemm_raw(p->dtype, p->ta, p->tb, p->m, p->n, p->k, al, L, p->lda, R, p->ldb, be, D, p->ldd);
+}
+
+static void gemm_raw(int dtype, int ta, int tb, int64_t m64, int64_t n64, int64_t k64, cval al,
+                     const char *L, int64_t lda64, const char *R, int64_t ldb64, cval be,
+                     char *D, int64_t ldd64) {
+    void *f = g_gemm[dtype];
     if (g_ilp64) {
-        switch (p->dtype) {
+        switch (dtype) {
             case DT_F32:
-                ((sgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, (float)al.re,
-                               (const float *)L, p->lda, (const float *)R, p->ldb, (float)be.re,
-                               (float *)D, p->ldd);
+                ((sgemm64_t)f)(ROW_MAJOR, ta, tb, m64, n64, k64, (float)al.re,
+                               (const float *)L, lda64, (const float *)R, ldb64, (float)be.re,
+                               (float *)D, ldd64);
                 break;
             case DT_F64:
-                ((dgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, al.re,
-                               (const double *)L, p->lda, (const double *)R, p->ldb, be.re,
-                               (double *)D, p->ldd);
+                ((dgemm64_t)f)(ROW_MAJOR, ta, tb, m64, n64, k64, al.re,
+                               (const double *)L, lda64, (const double *)R, ldb64, be.re,
+                               (double *)D, ldd64);
                 break;
             case DT_C64: {
                 float a2[2] = {(float)al.re, (float)al.im}, b2[2] = {(float)be.re, (float)be.im};
-                ((zgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, a2, L, p->lda, R,
-                               p->ldb, b2, D, p->ldd);
+                ((zgemm64_t)f)(ROW_MAJOR, ta, tb, m64, n64, k64, a2, L, lda64, R,
+                               ldb64, b2, D, ldd64);
                 break;
             }
             default: {
                 double a2[2] = {al.re, al.im}, b2[2] = {be.re, be.im};
-                ((zgemm64_t)f)(ROW_MAJOR, p->ta, p->tb, p->m, p->n, p->k, a2, L, p->lda, R,
-                               p->ldb, b2, D, p->ldd);
+                ((zgemm64_t)f)(ROW_MAJOR, ta, tb, m64, n64, k64, a2, L, lda64, R,
+                               ldb64, b2, D, ldd64);
                 break;
             }
         }
     } else {
-        int m = (int)p->m, n = (int)p->n, k = (int)p->k;
-        int lda = (int)p->lda, ldb = (int)p->ldb, ldd = (int)p->ldd;
-        switch (p->dtype) {
+        int m = (int)m64, n = (int)n64, k = (int)k64;
+        int lda = (int)lda64, ldb = (int)ldb64, ldd = (int)ldd64;
+        switch (dtype) {
             case DT_F32:
-                ((sgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, (float)al.re, (const float *)L,
+                ((sgemm32_t)f)(ROW_MAJOR, ta, tb, m, n, k, (float)al.re, (const float *)L,
                                lda, (const float *)R, ldb, (float)be.re, (float *)D, ldd);
                 break;
             case DT_F64:
-                ((dgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, al.re, (const double *)L, lda,
+                ((dgemm32_t)f)(ROW_MAJOR, ta, tb, m, n, k, al.re, (const double *)L, lda,
                                (const double *)R, ldb, be.re, (double *)D, ldd);
                 break;
             case DT_C64: {
                 float a2[2] = {(float)al.re, (float)al.im}, b2[2] = {(float)be.re, (float)be.im};
-                ((zgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, a2, L, lda, R, ldb, b2, D, ldd);
+                ((zgemm32_t)f)(ROW_MAJOR, ta, tb, m, n, k, a2, L, lda, R, ldb, b2, D, ldd);
                 break;
             }
             default: {
                 double a2[2] = {al.re, al.im}, b2[2] = {be.re, be.im};
-                ((zgemm32_t)f)(ROW_MAJOR, p->ta, p->tb, m, n, k, a2, L, lda, R, ldb, b2, D, ldd);
+                ((zgemm32_t)f)(ROW_MAJOR, ta, tb, m, n, k, a2, L, lda, R, ldb, b2, D, ldd);
                 break;
             }
         }
@@ -672,35 +685,42 @@ static void gemv_raw(int dtype, int trans, int64_t rows, int64_t cols, cval al, 
     }
 }
 
-/* A GEMM with one row or one column as a GEMV (BLAS's GEMM costs several times more there):
- * 1 when done, 0 when it must stay a GEMM (a conjugated vector, nothing summed). */
-static int gemv_call(const Program *p, cval al, cval be, const char *L, const char *R,
-                     char *D) {
-    if (g_gemv[p->dtype] == NULL || p->k == 0 || (p->m != 1 && p->n != 1)) return 0;
+/* A row-major GEMM with one row or one column as a GEMV (BLAS's GEMM costs several times more
+ * there): 1 when done, 0 when it must stay a GEMM (a conjugated vector, nothing summed). */
+static int gemv_try(int dtype, int item, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                    cval al, const char *L, int64_t lda, const char *R, int64_t ldb, cval be,
+                    char *D, int64_t ldd) {
+    if (g_gemv[dtype] == NULL || k == 0 || (m != 1 && n != 1)) return 0;
     const char *mat, *vec;
     int64_t rows, cols, ld, incx, incy, len;
     int trans;
-    if (p->n == 1) { /* D[:, 0] = op(L) op(R)[:, 0] */
-        if (p->tb == CONJ_TRANS) return 0;
-        mat = L, vec = R, ld = p->lda, trans = p->ta;
-        rows = p->ta == NO_TRANS ? p->m : p->k;
-        cols = p->ta == NO_TRANS ? p->k : p->m;
-        incx = p->tb == NO_TRANS ? p->ldb : 1;
-        incy = p->ldd, len = p->m;
+    if (n == 1) { /* D[:, 0] = op(L) op(R)[:, 0] */
+        if (tb == CONJ_TRANS) return 0;
+        mat = L, vec = R, ld = lda, trans = ta;
+        rows = ta == NO_TRANS ? m : k;
+        cols = ta == NO_TRANS ? k : m;
+        incx = tb == NO_TRANS ? ldb : 1;
+        incy = ldd, len = m;
     } else { /* D[0, :] = op(R)^T op(L)[0, :] */
-        if (p->ta == CONJ_TRANS || p->tb == CONJ_TRANS) return 0;
-        mat = R, vec = L, ld = p->ldb;
-        trans = p->tb == NO_TRANS ? TRANS : NO_TRANS;
-        rows = p->tb == NO_TRANS ? p->k : p->n;
-        cols = p->tb == NO_TRANS ? p->n : p->k;
-        incx = p->ta == NO_TRANS ? 1 : p->lda;
-        incy = 1, len = p->n;
+        if (ta == CONJ_TRANS || tb == CONJ_TRANS) return 0;
+        mat = R, vec = L, ld = ldb;
+        trans = tb == NO_TRANS ? TRANS : NO_TRANS;
+        rows = tb == NO_TRANS ? k : n;
+        cols = tb == NO_TRANS ? n : k;
+        incx = ta == NO_TRANS ? 1 : lda;
+        incy = 1, len = n;
     }
     if (be.re == 0.0 && be.im == 0.0) { /* y is not read: clear it (BLAS may scale NaNs) */
-        for (int64_t i = 0; i < len; ++i) memset(D + i * incy * p->item, 0, (size_t)p->item);
+        for (int64_t i = 0; i < len; ++i) memset(D + i * incy * item, 0, (size_t)item);
     }
-    gemv_raw(p->dtype, trans, rows, cols, al, mat, ld, vec, incx, be, D, incy);
+    gemv_raw(dtype, trans, rows, cols, al, mat, ld, vec, incx, be, D, incy);
     return 1;
+}
+
+static int gemv_call(const Program *p, cval al, cval be, const char *L, const char *R,
+                     char *D) {
+    return gemv_try(p->dtype, p->item, p->ta, p->tb, p->m, p->n, p->k, al, L, p->lda, R, p->ldb,
+                    be, D, p->ldd);
 }
 
 static void run_gemm(const Program *p, cval al, cval be, const char *A, const char *B,
@@ -1411,6 +1431,409 @@ static PyObject *tiled_copy(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* ------------------------------------------------------------------ blocked packing */
+
+/* The BLAS's thread count (OpenBLAS: process-wide), where its setter and getter were found. A
+ * section whose threads each call a one-thread BLAS sets it to 1 while any such section runs:
+ * the first to enter saves the count, the last to leave restores it. */
+typedef void (*set_threads_t)(int);
+typedef int (*get_threads_t)(void);
+/* OpenBLAS's gotoblas_pthread(n, fn, args, stride): fn(args + i * stride) for i < n, the first
+ * on the calling thread, the others on the BLAS's own pool threads. OpenBLAS's idle threads
+ * busy-wait for a while after each call: work handed to them starts at once, where threads of
+ * our own would compete with them for the cores. */
+typedef int (*pool_run_t)(int, void *, void *, int);
+static set_threads_t g_set_threads = NULL;
+static get_threads_t g_get_threads = NULL;
+static pool_run_t g_pool_run = NULL;
+static pthread_mutex_t g_single_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_single_users = 0, g_saved_threads = 1;
+
+/* Enter a one-thread-BLAS section: the BLAS's thread count outside it (at least 1), 0 when the
+ * count cannot be set (then do not leave). */
+static int blas_single_enter(void) {
+    if (!g_set_threads || !g_get_threads) return 0;
+    pthread_mutex_lock(&g_single_lock);
+    if (g_single_users++ == 0) {
+        g_saved_threads = g_get_threads();
+        if (g_saved_threads < 1) g_saved_threads = 1;
+        if (g_saved_threads != 1) g_set_threads(1);
+    }
+    const int outside = g_saved_threads;
+    pthread_mutex_unlock(&g_single_lock);
+    return outside;
+}
+
+static void blas_single_leave(void) {
+    pthread_mutex_lock(&g_single_lock);
+    if (--g_single_users == 0 && g_saved_threads != 1) g_set_threads(g_saved_threads);
+    pthread_mutex_unlock(&g_single_lock);
+}
+
+static int dtype_of(PyArrayObject *a) {
+    switch (PyArray_TYPE(a)) {
+        case NPY_FLOAT32: return DT_F32;
+        case NPY_FLOAT64: return DT_F64;
+        case NPY_COMPLEX64: return DT_C64;
+        case NPY_COMPLEX128: return DT_C128;
+        default: return -1;
+    }
+}
+
+/* A 2-D operand BLAS reads in place: 1 and its transpose flag and leading dimension (in
+ * elements) for a row-major call reading it as rows x cols; 0 when it is not one. */
+static int blas_matrix(npy_intp rs, npy_intp cs, npy_intp rows, npy_intp cols, npy_intp item,
+                       int *trans, int64_t *ld) {
+    if (cols == 1) cs = item; /* the stride of an axis of extent 1 is never used */
+    if (rows == 1) rs = (cols > 1 ? cols : 1) * item;
+    if (cs == item && rs > 0 && rs % item == 0 && rs / item >= (cols > 1 ? cols : 1)) {
+        *trans = NO_TRANS;
+        *ld = rs / item;
+        return 1;
+    }
+    if (rs == item && cs > 0 && cs % item == 0 && cs / item >= (rows > 1 ? rows : 1)) {
+        *trans = TRANS;
+        *ld = cs / item;
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    Nest nest;
+    int dt, col_major, t_oth;
+    npy_intp first, block, unit, k, n, item, dr;
+    int64_t ldd, ldo;
+    const char *x, *o;
+    char *out, *buf;
+    npy_intp start, stop; /* this worker's indices of src's first axis */
+} PackedJob;
+
+static void *packed_work(void *arg);
+
+static void packed_task(void *arg) { packed_work(arg); }
+
+static void *packed_work(void *arg) {
+    PackedJob *j = (PackedJob *)arg;
+    const cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    for (npy_intp i0 = j->start; i0 < j->stop; i0 += j->block) {
+        const npy_intp cnt = i0 + j->block <= j->stop ? j->block : j->stop - i0;
+        const npy_intp r = cnt * j->unit;
+        const char *x = j->x + i0 * j->nest.st[0][0];
+        j->nest.ext[0] = cnt;
+        switch (j->dt) {
+            case DT_F32: pack_f32(&j->nest, x, j->buf, 0); break;
+            case DT_F64: pack_f64(&j->nest, x, j->buf, 0); break;
+            case DT_C64: pack_c64(&j->nest, x, j->buf, 0); break;
+            default: pack_c128(&j->nest, x, j->buf, 0); break;
+        }
+        if (j->col_major)
+            gemm_raw(j->dt, j->t_oth, TRANS, j->n, r, j->k, one, j->o, j->ldo, j->buf, j->k,
+                     zero, j->out + i0 * j->unit * j->item, j->ldd);
+        else
+            gemm_raw(j->dt, NO_TRANS, j->t_oth, r, j->n, j->k, one, j->buf, j->k, j->o, j->ldo,
+                     zero, j->out + i0 * j->unit * j->dr, j->ldd);
+    }
+    return NULL;
+}
+
+/* packed_gemm(d, src, other, rows, block, threads) -> bool: d[m, n] = pack(src)[m, k] @
+ * other[k, n].
+ *
+ * src's first `rows` axes are d's rows (row-major), its other axes the summed ones. Instead of
+ * packing all of src before one GEMM (a copy as large as the operand, written to memory and
+ * read back), `block` indices of its first axis at a time are packed into a small buffer and
+ * multiplied while that block is still in cache. With threads > 1 (and a BLAS whose thread
+ * count can be set) that many threads each pack and multiply a share of the blocks with a
+ * one-thread BLAS: no BLAS thread pool wakes up for every block, and the packing runs on every
+ * core too. False (nothing written) when the operands do not fit this: the caller packs the
+ * usual way. Every block has its own rows of d, so the workers never write the same memory. */
+static PyObject *packed_gemm(PyObject *self, PyObject *args) {
+    PyArrayObject *d, *src, *oth;
+    int rows, threads;
+    Py_ssize_t block;
+    if (!PyArg_ParseTuple(args, "O!O!O!ini", &PyArray_Type, &d, &PyArray_Type, &src,
+                          &PyArray_Type, &oth, &rows, &block, &threads))
+        return NULL;
+    const int dt = dtype_of(d), nd = PyArray_NDIM(src);
+    if (dt < 0 || !g_gemm[dt] || dtype_of(src) != dt || dtype_of(oth) != dt
+        || PyArray_NDIM(d) != 2 || PyArray_NDIM(oth) != 2 || nd < 2 || nd > MAXL || rows < 1
+        || rows >= nd || block < 1 || !PyArray_ISWRITEABLE(d) || !PyArray_ISALIGNED(d)
+        || !PyArray_ISALIGNED(src) || !PyArray_ISALIGNED(oth) || !PyArray_ISNOTSWAPPED(d)
+        || !PyArray_ISNOTSWAPPED(src) || !PyArray_ISNOTSWAPPED(oth))
+        Py_RETURN_FALSE;
+    PackedJob job;
+    const npy_intp item = PyArray_ITEMSIZE(d);
+    npy_intp m = 1, k = 1;
+    for (int i = 0; i < nd; ++i) {
+        if (i < rows) m *= PyArray_DIM(src, i);
+        else k *= PyArray_DIM(src, i);
+    }
+    const npy_intp n = PyArray_DIM(oth, 1), first = PyArray_DIM(src, 0);
+    if (m != PyArray_DIM(d, 0) || n != PyArray_DIM(d, 1) || k != PyArray_DIM(oth, 0) || m < 2
+        || n < 2 || k < 1 || block > first)
+        Py_RETURN_FALSE;
+    /* d row-major: d_blk = buf @ other; column-major: d_blk^T = other^T @ buf^T */
+    const npy_intp dr = PyArray_STRIDE(d, 0), dc = PyArray_STRIDE(d, 1);
+    const npy_intp orr = PyArray_STRIDE(oth, 0), oc = PyArray_STRIDE(oth, 1);
+    if (dc == item && dr > 0 && dr % item == 0 && dr / item >= n) {
+        job.col_major = 0;
+        job.ldd = dr / item;
+        if (!blas_matrix(orr, oc, k, n, item, &job.t_oth, &job.ldo)) Py_RETURN_FALSE;
+    } else if (dr == item && dc > 0 && dc % item == 0 && dc / item >= m) {
+        job.col_major = 1;
+        job.ldd = dc / item;
+        if (!blas_matrix(oc, orr, n, k, item, &job.t_oth, &job.ldo)) Py_RETURN_FALSE;
+    } else {
+        Py_RETURN_FALSE;
+    }
+    job.nest.nl = job.nest.nout = nd;
+    for (int i = 0; i < nd; ++i) {
+        job.nest.ext[i] = PyArray_DIM(src, i);
+        job.nest.st[0][i] = PyArray_STRIDE(src, i);
+        job.nest.st[1][i] = job.nest.st[2][i] = job.nest.st[3][i] = 0;
+    }
+    job.dt = dt;
+    job.first = first;
+    job.block = block;
+    job.unit = m / first; /* rows per index of src's first axis */
+    job.k = k;
+    job.n = n;
+    job.item = item;
+    job.dr = dr;
+    job.x = PyArray_BYTES(src);
+    job.o = PyArray_BYTES(oth);
+    job.out = PyArray_BYTES(d);
+    job.start = 0;
+    job.stop = first;
+    const npy_intp blocks = (first + block - 1) / block, bytes = block * job.unit * k * item;
+    int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
+    if (workers > blocks) workers = (int)blocks;
+    PackedJob jobs[MAX_WORKERS];
+    int ready = 1;
+    for (int w = 0; w < workers; ++w) {
+        jobs[w] = job;
+        jobs[w].start = blocks * w / workers * block;
+        jobs[w].stop = w + 1 < workers ? blocks * (w + 1) / workers * block : first;
+        jobs[w].buf = scratch(bytes);
+        ready = ready && jobs[w].buf;
+    }
+    if (!ready) {
+        for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* several workers each run a one-thread BLAS, on the BLAS's own pool where it has one
+     * (no more workers than its threads); else one worker and the BLAS's threads */
+    const int outside = workers > 1 ? blas_single_enter() : 0;
+    if (outside > 1 && g_pool_run) {
+        const int n = workers < outside ? workers : outside;
+        jobs[n - 1].stop = first; /* the last one takes the shares of workers not run */
+        g_pool_run(n, (void *)packed_task, jobs, (int)sizeof(PackedJob));
+    } else if (outside > 1) {
+        pthread_t tid[MAX_WORKERS];
+        int started[MAX_WORKERS] = {0};
+        for (int w = 1; w < workers; ++w)
+            started[w] = pthread_create(&tid[w], NULL, packed_work, &jobs[w]) == 0;
+        packed_work(&jobs[0]);
+        for (int w = 1; w < workers; ++w) {
+            if (started[w]) pthread_join(tid[w], NULL);
+            else packed_work(&jobs[w]); /* no thread to be had: this one does it */
+        }
+    } else {
+        jobs[0].stop = first;
+        packed_work(&jobs[0]);
+    }
+    if (outside) blas_single_leave();
+    Py_END_ALLOW_THREADS
+    for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+    Py_RETURN_TRUE;
+}
+
+/* ------------------------------------------------------------------ summed GEMMs on views */
+
+typedef struct {
+    int dt, item, ta, tb, nr, nk;
+    int64_t n, k, lda, ldb, ldd;
+    npy_intp rext[MAXL], rst[2][MAXL]; /* summed batch axes: extents, L and R byte strides */
+    npy_intp kext[MAXL], kst[3][MAXL]; /* kept batch axes: extents, L, R and D byte strides */
+    const char *L, *R;
+    char *D;
+    npy_intp q0, q1;  /* this worker's kept batch elements (flattened) */
+    npy_intp r0, r1;  /* and rows of D */
+    npy_intp lrow, drow; /* bytes from one row of L (of D) to the next */
+} SummedJob;
+
+static void summed_task(void *arg) {
+    SummedJob *j = (SummedJob *)arg;
+    const cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    const int64_t rows = j->r1 - j->r0;
+    if (rows <= 0) return;
+    for (npy_intp q = j->q0; q < j->q1; ++q) {
+        const char *l = j->L + j->r0 * j->lrow, *r = j->R;
+        char *d = j->D + j->r0 * j->drow;
+        npy_intp rem = q;
+        for (int b = j->nk - 1; b >= 0; --b) { /* q's kept batch element */
+            const npy_intp i = rem % j->kext[b];
+            rem /= j->kext[b];
+            l += i * j->kst[0][b];
+            r += i * j->kst[1][b];
+            d += i * j->kst[2][b];
+        }
+        npy_intp idx[MAXL] = {0};
+        for (int first = 1;; first = 0) {
+            const cval be = first ? zero : one;
+            if (!gemv_try(j->dt, j->item, j->ta, j->tb, rows, j->n, j->k, one, l, j->lda, r,
+                          j->ldb, be, d, j->ldd))
+                gemm_raw(j->dt, j->ta, j->tb, rows, j->n, j->k, one, l, j->lda, r, j->ldb, be,
+                         d, j->ldd);
+            int b = j->nr - 1;
+            for (; b >= 0; --b) {
+                if (++idx[b] < j->rext[b]) {
+                    l += j->rst[0][b];
+                    r += j->rst[1][b];
+                    break;
+                }
+                idx[b] = 0;
+                l -= (j->rext[b] - 1) * j->rst[0][b];
+                r -= (j->rext[b] - 1) * j->rst[1][b];
+            }
+            if (b < 0) break;
+        }
+    }
+}
+
+/* summed_gemm(d, left, right, summed, threads) -> bool: d[..., m, n] = sum over the first
+ * `summed` axes of left[s..., b..., m, k] @ right[s..., b..., k, n], for every element of the
+ * other (kept) batch axes b, which d has too.
+ *
+ * A product that sums over labels looped around its GEMMs (a GEMV-like kbcd,kd->bc: 12 GEMVs
+ * of 2304 x 48). Instead of every GEMM into a temporary on all of BLAS's threads (each
+ * waking the pool), then a sum, each of `threads` workers takes its share of D (kept batch
+ * elements, else rows) and runs all the GEMMs of that share with a one-thread BLAS,
+ * accumulating in D (beta = 1 after the first): one pass over the operands, one hand-over
+ * to the pool. False (nothing written) when the matrices are not ones BLAS reads in place,
+ * or the datatypes differ. */
+static PyObject *summed_gemm(PyObject *self, PyObject *args) {
+    PyArrayObject *d, *lo, *ro;
+    int summed, threads;
+    if (!PyArg_ParseTuple(args, "O!O!O!ii", &PyArray_Type, &d, &PyArray_Type, &lo,
+                          &PyArray_Type, &ro, &summed, &threads))
+        return NULL;
+    const int dt = dtype_of(d), nd = PyArray_NDIM(lo), nb = nd - 2, nk = nb - summed;
+    if (dt < 0 || !g_gemm[dt] || dtype_of(lo) != dt || dtype_of(ro) != dt || summed < 1
+        || nk < 0 || PyArray_NDIM(d) != nk + 2 || PyArray_NDIM(ro) != nd || nb > MAXL
+        || !PyArray_ISWRITEABLE(d) || !PyArray_ISALIGNED(d) || !PyArray_ISALIGNED(lo)
+        || !PyArray_ISALIGNED(ro) || !PyArray_ISNOTSWAPPED(d) || !PyArray_ISNOTSWAPPED(lo)
+        || !PyArray_ISNOTSWAPPED(ro))
+        Py_RETURN_FALSE;
+    npy_intp kept = 1;
+    for (int i = 0; i < nb; ++i) {
+        if (PyArray_DIM(lo, i) != PyArray_DIM(ro, i) || PyArray_DIM(lo, i) < 1) Py_RETURN_FALSE;
+        if (i >= summed) {
+            if (PyArray_DIM(d, i - summed) != PyArray_DIM(lo, i)) Py_RETURN_FALSE;
+            kept *= PyArray_DIM(lo, i);
+        }
+    }
+    const npy_intp item = PyArray_ITEMSIZE(d);
+    npy_intp m = PyArray_DIM(lo, nb), k = PyArray_DIM(lo, nb + 1), n = PyArray_DIM(ro, nb + 1);
+    if (PyArray_DIM(ro, nb) != k || PyArray_DIM(d, nk) != m || PyArray_DIM(d, nk + 1) != n
+        || m < 1 || n < 1 || k < 1)
+        Py_RETURN_FALSE;
+    /* the matrices: L (m, k), R (k, n), D (m, n); D column-major: the transposed problem
+     * D^T = R^T L^T, row-major */
+    npy_intp ls0 = PyArray_STRIDE(lo, nb), ls1 = PyArray_STRIDE(lo, nb + 1);
+    npy_intp rs0 = PyArray_STRIDE(ro, nb), rs1 = PyArray_STRIDE(ro, nb + 1);
+    npy_intp ds0 = PyArray_STRIDE(d, nk), ds1 = PyArray_STRIDE(d, nk + 1);
+    const char *L = PyArray_BYTES(lo), *R = PyArray_BYTES(ro);
+    SummedJob job;
+    const int swapped = !(ds1 == item || n == 1) && (ds0 == item || m == 1);
+    if (swapped) {
+        npy_intp t0 = ls0, t1 = ls1, e = m;
+        ls0 = rs1, ls1 = rs0, rs0 = t1, rs1 = t0;
+        m = n, n = e;
+        t0 = ds0, ds0 = ds1, ds1 = t0;
+        const char *tp = L;
+        L = R, R = tp;
+    }
+    if (m == 1) ds0 = n * item; /* the stride of an axis of extent 1 is never used */
+    if (!(ds1 == item || n == 1) || ds0 <= 0 || ds0 % item || ds0 / item < n)
+        Py_RETURN_FALSE;
+    if (!blas_matrix(ls0, ls1, m, k, item, &job.ta, &job.lda)
+        || !blas_matrix(rs0, rs1, k, n, item, &job.tb, &job.ldb))
+        Py_RETURN_FALSE;
+    job.dt = dt;
+    job.item = (int)item;
+    job.nr = summed;
+    job.nk = nk;
+    job.n = n;
+    job.k = k;
+    job.ldd = ds0 / item;
+    for (int i = 0; i < nb; ++i) {
+        const npy_intp sl = PyArray_STRIDE(lo, i), sr = PyArray_STRIDE(ro, i);
+        if (i < summed) {
+            job.rext[i] = PyArray_DIM(lo, i);
+            job.rst[0][i] = swapped ? sr : sl;
+            job.rst[1][i] = swapped ? sl : sr;
+        } else {
+            job.kext[i - summed] = PyArray_DIM(lo, i);
+            job.kst[0][i - summed] = swapped ? sr : sl;
+            job.kst[1][i - summed] = swapped ? sl : sr;
+            job.kst[2][i - summed] = PyArray_STRIDE(d, i - summed);
+        }
+    }
+    job.L = L;
+    job.R = R;
+    job.D = PyArray_BYTES(d);
+    job.lrow = ls0; /* row i of L starts i * ls0 bytes in */
+    job.drow = ds0;
+    job.q0 = 0;
+    job.q1 = kept;
+    job.r0 = 0;
+    job.r1 = m;
+    /* the workers share the kept batch elements where there are enough, else D's rows */
+    const int by_batch = kept >= 2;
+    const npy_intp parts = by_batch ? kept : m / SUMMED_MIN_ROWS;
+    int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
+    if (workers > parts) workers = parts < 1 ? 1 : (int)parts;
+    SummedJob jobs[MAX_WORKERS];
+    Py_BEGIN_ALLOW_THREADS
+    const int outside = workers > 1 ? blas_single_enter() : 0;
+    if (outside > 1 && g_pool_run) {
+        const int w = workers < outside ? workers : outside;
+        const npy_intp total = by_batch ? kept : m;
+        for (int i = 0; i < w; ++i) {
+            jobs[i] = job;
+            const npy_intp lo_i = total * i / w, hi_i = total * (i + 1) / w;
+            if (by_batch) jobs[i].q0 = lo_i, jobs[i].q1 = hi_i;
+            else jobs[i].r0 = lo_i, jobs[i].r1 = hi_i;
+        }
+        g_pool_run(w, (void *)summed_task, jobs, (int)sizeof(SummedJob));
+    } else {
+        summed_task(&job);
+    }
+    if (outside) blas_single_leave();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_TRUE;
+}
+
+static PyObject *set_blas_threads(PyObject *self, PyObject *args) {
+    unsigned long long set, get, pool = 0;
+    if (!PyArg_ParseTuple(args, "KK|K", &set, &get, &pool)) return NULL;
+    g_set_threads = (set_threads_t)(uintptr_t)set;
+    g_get_threads = (get_threads_t)(uintptr_t)get;
+    g_pool_run = (pool_run_t)(uintptr_t)pool;
+    Py_RETURN_NONE;
+}
+
+/* blas_single(enter): enter (True) or leave (False) a section in which the BLAS runs on one
+ * thread per caller; False when the BLAS's thread count cannot be set. */
+static PyObject *blas_single(PyObject *self, PyObject *arg) {
+    if (PyObject_IsTrue(arg)) return PyBool_FromLong(blas_single_enter() > 0);
+    blas_single_leave();
+    Py_RETURN_TRUE;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyObject *set_blas(PyObject *self, PyObject *args) {
@@ -1453,6 +1876,19 @@ static PyMethodDef methods[] = {
     {"tiled_copy", tiled_copy, METH_VARARGS,
      "tiled_copy(dst, src) -> bool: dst[...] = src through cache tiles when their fastest axes "
      "differ; False (nothing written) when it does not apply."},
+    {"packed_gemm", packed_gemm, METH_VARARGS,
+     "packed_gemm(d, src, other, rows, block, threads) -> bool: d = pack(src) @ other, src "
+     "packed and multiplied in blocks of `block` indices of its first axis; False when it does "
+     "not apply."},
+    {"summed_gemm", summed_gemm, METH_VARARGS,
+     "summed_gemm(d, left, right, summed, threads) -> bool: d = sum over the first `summed` "
+     "axes of left @ right, D shared by the workers; False when it does not apply."},
+    {"set_blas_threads", set_blas_threads, METH_VARARGS,
+     "set_blas_threads(set, get[, pool]): addresses of the BLAS's thread count setter and "
+     "getter, and of OpenBLAS's gotoblas_pthread (0: none)."},
+    {"blas_single", blas_single, METH_O,
+     "blas_single(enter): enter (True) or leave (False) a one-thread-BLAS section; False when "
+     "the BLAS's thread count cannot be set (then do not leave)."},
     {"set_untrusted", set_untrusted, METH_O,
      "set_untrusted(types): buffer exporters whose buffer does not bound their allocation."},
     {NULL, NULL, 0, NULL},

@@ -36,6 +36,7 @@ from pytapp.analysis.ttgt import Kind, PlanProfile, gemm_layout
 from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
 from pytapp.backends.base import ALL_PRECTYPES, Capabilities, Stateless
 from pytapp.backends.threads import (
+    default_threads,
     parallel_copyto,
     parallel_map,
     parallel_matmul,
@@ -44,6 +45,7 @@ from pytapp.backends.threads import (
 from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
 from pytapp.executor import Executor
+from pytapp.kernels.program import packed_gemm, summed_gemm
 from pytapp.operands import BoundProduct, same_layout
 from pytapp.precision import Prectype
 from pytapp.status import Status
@@ -63,6 +65,13 @@ MIN_BLOCK_ROWS = 64
 SPLIT_MIN_FLOPS = 1 << 20
 SPLIT_MAX_FLOPS = 1 << 26
 SPLIT_MIN_TOTAL = 1 << 25
+#: A GEMM whose thinner side (m or n) has at most THIN_MAX rows, and whose thick operand BLAS
+#: cannot read in place, packs that operand in blocks of about PACK_BLOCK_BYTES and multiplies
+#: each while it is in cache, every core doing a share (:func:`packed_gemm`): the thin side
+#: is read again for every block, which costs little next to the block itself.
+THIN_MAX = 256
+PACK_BLOCK_BYTES = 1 << 18
+THIN_REREAD = 4
 #: The split must take at most this share of matmul's time to be used.
 SPLIT_GAIN = 0.9
 _split_ratio: float | None = None
@@ -221,6 +230,23 @@ def _view(x: np.ndarray, mv: MatrixView, writable: bool = False) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(
         x, shape=mv.shape, strides=tuple(s * x.itemsize for s in _blas_strides(mv)),
         writeable=writable)
+
+
+def _blocking_axes(x: np.ndarray, rows: int, workers: int) -> tuple[np.ndarray, int]:
+    """Return ``x`` ready to be packed in blocks of its first axis, and its row axes' count.
+
+    ``x``'s first ``rows`` axes are the rows. Axes of extent 1 are dropped, and the leading
+    row axes merged (where a view allows) until the first has enough indices to give every
+    worker several blocks. A count of 0: no row or no summed axis is left.
+    """
+    keep = [i for i in range(x.ndim) if x.shape[i] != 1]
+    rows = sum(1 for i in keep if i < rows)
+    if len(keep) != x.ndim:
+        x = x.reshape([x.shape[i] for i in keep], copy=False)
+    while rows >= 2 and x.shape[0] < 4 * workers and x.strides[0] == x.strides[1] * x.shape[1]:
+        x = x.reshape((x.shape[0] * x.shape[1], *x.shape[2:]), copy=False)
+        rows -= 1
+    return x, (rows if rows < x.ndim else 0)
 
 
 def _blasable(x: np.ndarray) -> bool:
@@ -515,10 +541,17 @@ class BlasPlan(Stateless):
         r = g.reduced
         out = MatrixView(g.d.shape[r:], g.d.strides[r:])  # D without the summed loops
         d = _view(bound.d, out, writable=True)
+        plain = bound.c is None and bound.alpha == 1 and not spec.d.conjugates
+        workers = threads or default_threads()
+        if plain and summed_gemm(d, _view(bound.a, g.a), _view(bound.b, g.b), r, workers):
+            if _log.isEnabledFor(logging.DEBUG):  # the GEMMs accumulated in D
+                _log.debug("blas summed %d GEMMs (m=%d, n=%d, k=%d) in D on %d threads",
+                           g.calls, g.m, g.n, g.k, workers)
+            return
         with scratch.lease():  # the temporary: warm memory, given back
             t = np.matmul(_view(bound.a, g.a), _view(bound.b, g.b),
                           out=scratch.empty(g.d.shape, self.compute))
-            if bound.c is None and bound.alpha == 1 and not spec.d.conjugates:
+            if plain:
                 np.sum(t, axis=tuple(range(r)), out=d)
                 return
             total = np.sum(t, axis=tuple(range(r)))
@@ -738,6 +771,9 @@ class BlasPlan(Stateless):
     def _gemm(
         self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
     ) -> tuple[Any, Written, int]:
+        thin = self._gemm_thin(a, b, bound, threads)
+        if thin is not None:
+            return thin
         h, m, n, k = self.h_shape, self.m, self.n, self.k
         nh = a.ndim - len(self.fa) - len(self.p)  # a: batch, rows, summed; b: batch, summed, cols
         a3, ca = self._matrix(a, (*h, m, k), threads, nh, nh + len(self.fa))
@@ -763,6 +799,57 @@ class BlasPlan(Stateless):
             out = scratch.empty(shape, np.result_type(left, right))
         result = np.matmul(left, right, out=out)
         return result, Written.DIRECT if direct else Written.TEMP, ca + cb
+
+    def _gemm_thin(
+        self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
+    ) -> tuple[Any, Written, int] | None:
+        """Run a thin GEMM whose thick operand needs packing, packed and multiplied in blocks.
+
+        ``None`` where that does not apply (batch modes, both sides thick, nothing to pack,
+        the thin operand not readable in place, D needing the row-blocked store): the caller
+        packs the thick operand whole.
+        """
+        h, m, n, k = self.h_shape, self.m, self.n, self.k
+        if h or not 2 <= min(m, n) <= THIN_MAX or k < 1:
+            return None
+        pack_a = m >= n  # the thick side is packed; the thin one must be a view BLAS reads
+        thick, thin = (a, b) if pack_a else (b, a)
+        if thick.size < kernels.SMALL_COPY:
+            return None
+        thick_view = _reshape_view(thick, (m, k) if pack_a else (k, n))
+        thin_view = _reshape_view(thin, (k, n) if pack_a else (m, k))
+        if (thick_view is not None and _blasable(thick_view)) or thin_view is None or not (
+                _blasable(thin_view)):
+            return None
+        shape = (n, m) if self.swap else (m, n)
+        out = self._direct_out(bound, shape)
+        direct = out is not None
+        if out is None:
+            if self.block is not None:
+                return None
+            out = scratch.empty(shape, self.compute)
+        d = out.T if self.swap else out  # D as (m, n)
+        if pack_a:  # A's modes: its free ones (D's rows), then the summed ones
+            src, rows, other = a, len(self.fa), thin_view
+        else:  # B's modes: the summed ones, then its free ones (D's columns): D^T = B^T A^T
+            np_ = len(self.p)
+            src, rows = b.transpose((*range(np_, b.ndim), *range(np_))), len(self.fb)
+            other, d = thin_view.T, d.T
+        workers = threads or default_threads()
+        src, rows = _blocking_axes(src, rows, workers)
+        if rows < 1:
+            return None
+        unit = prod(src.shape[1:rows]) * k * src.itemsize  # bytes per index of the first axis
+        thin_rows = n if pack_a else m
+        target = max(PACK_BLOCK_BYTES, THIN_REREAD * thin_rows * k * src.itemsize)
+        block = max(1, min(target // max(unit, 1), -(-src.shape[0] // workers)))
+        if not packed_gemm(d, src, other, rows, block, workers):
+            return None
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("blas packed a %s operand in blocks of %d x %d bytes for a thin GEMM "
+                       "(m=%d, n=%d, k=%d) on %d threads", thick.shape, block, unit, m, n, k,
+                       workers)
+        return out, Written.DIRECT if direct else Written.TEMP, thick.size * thick.itemsize
 
     def _gemm_blocked(
         self, left: np.ndarray, right: np.ndarray, bound: BoundProduct, threads: int | None

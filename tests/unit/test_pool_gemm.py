@@ -1,0 +1,231 @@
+"""GEMMs shared out over the BLAS's own threads, each worker with a one-thread BLAS.
+
+Thin GEMMs whose thick operand needs packing (``packed_gemm``: packed and multiplied in
+blocks) and GEMMs summed over labels looped around them (``summed_gemm``: accumulated in D),
+and the blas backend's routes through them. The oracle is NumPy's einsum in
+float64/complex128 on exact small-integer data, so every result must be equal, not close.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from threadpoolctl import threadpool_info
+
+import pytapp
+from pytapp.backends import blas
+from pytapp.kernels import program
+
+pytestmark = pytest.mark.skipif(program._cexec is None or not program.blas_available(),
+                                reason="the extension is not built or NumPy's CBLAS not found")
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _ints(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    x = rng.integers(-3, 4, shape).astype(np.float64)
+    if np.issubdtype(dtype, np.complexfloating):
+        return (x + 1j * rng.integers(-3, 4, shape)).astype(dtype)
+    return x.astype(dtype)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
+def _blas_threads() -> list[int]:
+    return [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize("block", [1, 3, 40])
+def test_packed_gemm_is_exact(dtype: type, threads: int, block: int) -> None:
+    rng = np.random.default_rng(block * 10 + threads)
+    a = _ints(rng, (40, 6, 9, 5), dtype)  # rows (i, j, l), summed k: packed as (i, j, l, k)
+    b = _ints(rng, (7, 9), dtype)  # (n, k): other = b.T, read transposed
+    src = a.transpose(0, 1, 3, 2)
+    want = np.einsum("ijkl,nk->ijln", _wide(a), _wide(b)).reshape(40 * 6 * 5, 7)
+    row_major = np.zeros((1200, 7), dtype)
+    assert program.packed_gemm(row_major, src, b.T, 3, block, threads)
+    np.testing.assert_array_equal(_wide(row_major), want)
+    col_major = np.zeros((7, 1200), dtype).T
+    assert program.packed_gemm(col_major, src, np.ascontiguousarray(b.T), 3, block, threads)
+    np.testing.assert_array_equal(_wide(col_major), want)
+
+
+def test_packed_gemm_restores_the_blas_thread_count() -> None:
+    before = _blas_threads()
+    a = np.ones((64, 8, 3))
+    d = np.empty((512, 4))
+    assert program.packed_gemm(d, a, np.ones((3, 4)), 2, 1, 2)
+    assert _blas_threads() == before
+    np.testing.assert_array_equal(d, 3.0)
+
+
+@pytest.mark.parametrize("case", ["dtype", "d strided", "other strided", "rows", "shape"])
+def test_packed_gemm_declines_what_it_does_not_cover(case: str) -> None:
+    a = np.ones((8, 4, 3))
+    other = np.ones((3, 5))
+    d = np.zeros((32, 5))
+    rows = 2
+    if case == "dtype":
+        other = other.astype(np.float32)
+    elif case == "d strided":
+        d = np.zeros((32, 10))[:, ::2]
+    elif case == "other strided":
+        other = np.ones((3, 10))[:, ::2]
+    elif case == "rows":
+        rows = 3
+    else:
+        d = np.zeros((31, 5))
+    assert not program.packed_gemm(d, a, other, rows, 2, 2)
+    assert not d.any()  # nothing written
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("equation", [
+    "abcj,ic->ijab",  # A packed, the thin B read transposed
+    "ic,abcj->ijab",  # B packed (D^T = B^T A^T)
+    "ac,ijcb->ijab",
+    "ijcb,ac->ijab",
+    "ajcb,ic->abij",
+])
+def test_thin_products_through_blas(dtype: type, equation: str,
+                                    caplog: pytest.LogCaptureFixture) -> None:
+    rng = np.random.default_rng(len(equation))
+    ext = dict(a=48, b=40, c=16, j=24, i=12)  # 2^24 flops or more: the Python plan's GEMM
+    ops = [_ints(rng, tuple(ext[ch] for ch in term), dtype)
+           for term in equation.split("->")[0].split(",")]
+    want = np.einsum(equation, *map(_wide, ops))
+    with caplog.at_level(logging.DEBUG, logger="pytapp"):
+        got = pytapp.einsum(equation, *ops, backend="blas")
+    np.testing.assert_array_equal(_wide(np.asarray(got)), want)
+    assert any("thin GEMM" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_thin_product_with_alpha_beta_and_c(dtype: type,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    rng = np.random.default_rng(3)
+    a = _ints(rng, (48, 40, 16, 24), dtype)
+    b = _ints(rng, (12, 16), dtype)
+    c = _ints(rng, (12, 24, 48, 40), dtype)
+    d = np.zeros_like(c)
+    want = 2 * np.einsum("abcj,ic->ijab", _wide(a), _wide(b)) - 3 * _wide(c)
+    with caplog.at_level(logging.DEBUG, logger="pytapp"):
+        pytapp.contract("abcj,ic->ijab", a, b, out=d, alpha=2, beta=-3, c=c, backend="blas")
+    np.testing.assert_array_equal(_wide(d), want)
+    assert any("thin GEMM" in r.getMessage() for r in caplog.records)
+
+
+def test_a_thick_side_takes_the_whole_pack() -> None:
+    assert blas.THIN_MAX < 576
+    rng = np.random.default_rng(5)
+    a, b = _ints(rng, (12, 12, 48, 48), np.float64), _ints(rng, (12, 12, 48, 48), np.float64)
+    got = pytapp.einsum("ijab,jkbc->ikac", a, b, backend="blas")
+    np.testing.assert_array_equal(got, np.einsum("ijab,jkbc->ikac", a, b))
+
+
+def test_sixteen_threads_share_a_thin_plan() -> None:
+    rng = np.random.default_rng(7)
+    a, b = _ints(rng, (48, 40, 16, 24), np.float64), _ints(rng, (12, 16), np.float64)
+    want = np.einsum("abcj,ic->ijab", a, b)
+    expr = pytapp.einsum_expression("abcj,ic->ijab", a.shape, b.shape, backend="blas")
+    before = _blas_threads()
+    wrong: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(12):
+            if not np.array_equal(expr(a, b), want):
+                wrong.append(k)
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not wrong
+    assert _blas_threads() == before
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 40), st.integers(1, 24), st.integers(1, 9), st.integers(2, 12),
+       st.integers(1, 4), st.sampled_from(DTYPES), st.booleans())
+def test_packed_gemm_on_random_shapes(first: int, mid: int, k: int, n: int, threads: int,
+                                      dtype: type, reverse: bool) -> None:
+    rng = np.random.default_rng(first * mid + k)
+    a = _ints(rng, (first, k, mid), dtype)
+    if reverse:
+        a = a[::-1]
+    other = _ints(rng, (k, n), dtype)
+    d = np.zeros((first * mid, n), dtype)
+    block = max(1, first // 3)
+    assert program.packed_gemm(d, a.transpose(0, 2, 1), other, 2, block, threads)
+    want = np.einsum("fkm,kn->fmn", _wide(a), _wide(other)).reshape(first * mid, n)
+    np.testing.assert_array_equal(_wide(d), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_summed_gemm_is_exact(dtype: type, threads: int) -> None:
+    rng = np.random.default_rng(threads)
+    left = _ints(rng, (3, 4, 5, 70, 6), dtype)  # summed (3, 4), kept 5, m 70, k 6
+    right = _ints(rng, (3, 4, 5, 6, 2), dtype)
+    want = np.einsum("stbmk,stbkn->bmn", _wide(left), _wide(right))
+    d = np.zeros((5, 70, 2), dtype)
+    assert program.summed_gemm(d, left, right, 2, threads)
+    np.testing.assert_array_equal(_wide(d), want)
+    col = np.zeros((5, 2, 70), dtype).transpose(0, 2, 1)  # D column-major: D^T = R^T L^T
+    assert program.summed_gemm(col, left, right, 2, threads)
+    np.testing.assert_array_equal(_wide(col), want)
+    flat = np.zeros((70, 2), dtype)  # no kept batch axis: the workers share D's rows
+    assert program.summed_gemm(flat, left[:, :, 0], right[:, :, 0], 2, threads)
+    np.testing.assert_array_equal(_wide(flat), want[0])
+
+
+def test_summed_gemm_reads_a_vector_of_stride_zero() -> None:
+    x = np.arange(12 * 300 * 8, dtype=np.float64).reshape(12, 300, 8) % 7
+    v = (np.arange(12 * 8, dtype=np.float64).reshape(12, 8) % 5)[:, :, None]  # stride 0 axis
+    d = np.zeros((300, 1))
+    assert program.summed_gemm(d, x, v, 1, 2)
+    np.testing.assert_array_equal(d, np.einsum("kmd,kdn->mn", x, v))
+
+
+@pytest.mark.parametrize("case", ["dtype", "summed", "d shape", "strided"])
+def test_summed_gemm_declines_what_it_does_not_cover(case: str) -> None:
+    left, right = np.ones((3, 80, 4)), np.ones((3, 4, 2))
+    d = np.zeros((80, 2))
+    summed = 1
+    if case == "dtype":
+        right = right.astype(np.float32)
+    elif case == "summed":
+        summed = 0
+    elif case == "d shape":
+        d = np.zeros((80, 3))
+    else:
+        left = np.ones((3, 80, 8))[:, :, ::2]
+    assert not program.summed_gemm(d, left, right, summed, 2)
+    assert not d.any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("equation", ["kbcd,kd->bc", "kacb,kc->ab", "iabj,jb->ia",
+                                      "akic,kc->ia"])
+def test_summed_products_through_blas(dtype: type, equation: str,
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    rng = np.random.default_rng(len(equation))
+    ext = dict(k=12, b=128, c=128, d=48, a=128, i=64, j=12, n=3)  # 2^24 flops or more
+    ops = [_ints(rng, tuple(ext[ch] for ch in term), dtype)
+           for term in equation.split("->")[0].split(",")]
+    want = np.einsum(equation, *map(_wide, ops))
+    with caplog.at_level(logging.DEBUG, logger="pytapp"):
+        got = pytapp.einsum(equation, *ops, backend="blas")
+    np.testing.assert_array_equal(_wide(np.asarray(got)), want)
+    assert any("summed" in r.getMessage() and "in D" in r.getMessage()
+               for r in caplog.records)
