@@ -1721,7 +1721,7 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
                           &PyArray_Type, &ro, &summed, &threads))
         return NULL;
     const int dt = dtype_of(d), nd = PyArray_NDIM(lo), nb = nd - 2, nk = nb - summed;
-    if (dt < 0 || !g_gemm[dt] || dtype_of(lo) != dt || dtype_of(ro) != dt || summed < 1
+    if (dt < 0 || !g_gemm[dt] || dtype_of(lo) != dt || dtype_of(ro) != dt || summed < 0
         || nk < 0 || PyArray_NDIM(d) != nk + 2 || PyArray_NDIM(ro) != nd || nb > MAXL
         || !PyArray_ISWRITEABLE(d) || !PyArray_ISALIGNED(d) || !PyArray_ISALIGNED(lo)
         || !PyArray_ISALIGNED(ro) || !PyArray_ISNOTSWAPPED(d) || !PyArray_ISNOTSWAPPED(lo)
@@ -1791,10 +1791,12 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
     job.q1 = kept;
     job.r0 = 0;
     job.r1 = m;
-    /* the workers share the kept batch elements where there are enough, else D's rows */
-    const int by_batch = kept >= 2;
-    const npy_intp parts = by_batch ? kept : m / SUMMED_MIN_ROWS;
+    /* the workers share the kept batch elements where that balances (every worker as many,
+     * or at least four each), else D's rows where there are enough, else the batch anyway */
     int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
+    const int by_batch = kept >= 2 && (kept % workers == 0 || kept >= 4 * workers
+                                       || m < 2 * SUMMED_MIN_ROWS);
+    const npy_intp parts = by_batch ? kept : m / SUMMED_MIN_ROWS;
     if (workers > parts) workers = parts < 1 ? 1 : (int)parts;
     SummedJob jobs[MAX_WORKERS];
     Py_BEGIN_ALLOW_THREADS

@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_info
 
 import pytapp
 from pytapp.backends import blas
+from pytapp.backends import threads as threads_mod
 from pytapp.kernels import program
 
 pytestmark = pytest.mark.skipif(program._cexec is None or not program.blas_available(),
@@ -229,3 +230,35 @@ def test_summed_products_through_blas(dtype: type, equation: str,
     np.testing.assert_array_equal(_wide(np.asarray(got)), want)
     assert any("summed" in r.getMessage() and "in D" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch", [3, 8])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batched_gemms_shared_out(dtype: type, batch: int, threads: int) -> None:
+    """A batch of 3 on two workers shares rows (balanced), a batch of 8 whole GEMMs."""
+    rng = np.random.default_rng(batch)
+    left, right = _ints(rng, (batch, 150, 7), dtype), _ints(rng, (batch, 7, 9), dtype)
+    want = np.einsum("bmk,bkn->bmn", _wide(left), _wide(right))
+    out = np.zeros((batch, 150, 9), dtype)
+    assert program.summed_gemm(out, left, right, 0, threads)
+    np.testing.assert_array_equal(_wide(out), want)
+    out[...] = 0
+    threads_mod.parallel_matmul(left[:1], right, out, threads)  # left broadcast over the batch
+    np.testing.assert_array_equal(
+        _wide(out), np.einsum("mk,bkn->bmn", _wide(left[0]), _wide(right)))
+
+
+@pytest.mark.parametrize("equation", ["bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd"])
+def test_batched_products_split_on_the_pool(equation: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blas, "split_pays", lambda: True)  # the mechanism, whatever this machine
+    rng = np.random.default_rng(11)
+    ext = dict(b=2, h=8, q=96, k=96, d=64)
+    ops = [_ints(rng, tuple(ext[ch] for ch in term), np.float64)
+           for term in equation.split("->")[0].split(",")]
+    expr = pytapp.einsum_expression(equation, *ops, backend="blas")
+    assert "batch split across threads" in str(expr.info())
+    before = _blas_threads()
+    np.testing.assert_array_equal(expr(*ops), np.einsum(equation, *ops))
+    assert _blas_threads() == before

@@ -59,12 +59,14 @@ BLOCK_BYTES = 1 << 24
 MAX_BLOCKS = 4096
 #: Fewest rows of one block's GEMM.
 MIN_BLOCK_ROWS = 64
-#: Batched GEMMs are split across threads (one BLAS thread each) when each GEMM has between
-#: SPLIT_MIN_FLOPS and SPLIT_MAX_FLOPS and the whole batch at least SPLIT_MIN_TOTAL, on a
-#: machine where that was measured faster than NumPy's matmul (:func:`split_pays`).
-SPLIT_MIN_FLOPS = 1 << 20
-SPLIT_MAX_FLOPS = 1 << 26
-SPLIT_MIN_TOTAL = 1 << 25
+#: Batched GEMMs are split across threads (one BLAS thread each) when each GEMM has at least
+#: SPLIT_MIN_FLOPS and the whole batch at least SPLIT_MIN_TOTAL, on a machine where that was
+#: measured faster than NumPy's matmul (:func:`split_pays`). On the BLAS's pool a 2-core
+#: AMD EPYC took 0.52-0.96x matmul's time from 6.6 x 10^4 to 2.7 x 10^8 flops per GEMM (a
+#: batch of 3 on two threads: 1.21x, which the pool avoids by sharing rows instead), and
+#: 1.3-1.6x on GEMMs of 16x16x16 and 8x8x8.
+SPLIT_MIN_FLOPS = 1 << 15
+SPLIT_MIN_TOTAL = 1 << 24
 #: A GEMM whose thinner side (m or n) has at most THIN_MAX rows, and whose thick operand BLAS
 #: cannot read in place, packs that operand in blocks of about PACK_BLOCK_BYTES and multiplies
 #: each while it is in cache, every core doing a share (:func:`packed_gemm`): the thin side
@@ -86,17 +88,24 @@ def split_entry() -> str:
 
     blas_threads = max((int(i.get("num_threads", 1)) for i in threadpool_info()
                         if i.get("user_api") == "blas"), default=1)
-    return f"blas batch split, {blas_threads} BLAS threads"
+    return f"blas batch split on the BLAS pool, {blas_threads} BLAS threads"
+
+
+def split_batch(per_gemm: int, count: int) -> bool:
+    """Whether a batch of ``count`` GEMMs of ``per_gemm`` flops each is split across threads."""
+    return (count >= 2 and per_gemm >= SPLIT_MIN_FLOPS and per_gemm * count >= SPLIT_MIN_TOTAL
+            and split_pays())
 
 
 def split_pays() -> bool:
     """Whether splitting a batch of GEMMs across threads beats NumPy's matmul here.
 
-    Measured once per machine (a batch of 16 F64 GEMMs of 64x64x256, the least of three
+    Measured once per machine (a batch of 16 F64 GEMMs of 64x64x256, the least of five
     interleaved runs of each, a few milliseconds) and kept in the wisdom file, so that every
-    process decides alike. On a 2-core AMD EPYC the split took 1.4-1.85x matmul's time at
-    every size from 2^20 to 2^25 flops per GEMM; the rule was written for a machine where
-    it won. Kept per BLAS thread count (the first process's count decides for the process).
+    process decides alike. Split on threads of our own, a 2-core AMD EPYC took 1.4-1.85x
+    matmul's time at every size from 2^20 to 2^25 flops per GEMM (OpenBLAS's idle threads
+    spin, competing with ours); on the BLAS's own pool, 0.78-0.87x on this batch. Kept per
+    BLAS thread count (the first process's count decides for the process).
     """
     global _split_ratio
     if _split_ratio is None:
@@ -118,7 +127,7 @@ def split_pays() -> bool:
 
             for name in best:
                 run(name)
-            for _ in range(3):
+            for _ in range(5):
                 for name in best:
                     start = time.perf_counter()
                     run(name)
@@ -339,12 +348,9 @@ class BlasPlan(Stateless):
         self._kernel = {Kind.GEMM: self._gemm, Kind.ELEMENTWISE: self._elementwise,
                         Kind.DOT: self._dot}[self.kind]
         # Many small GEMMs: split the batch across threads, one BLAS thread each.
-        per_gemm = 2 * self.m * self.n * self.k
-        self.split_batches = (
-            self.kind is Kind.GEMM and len(self.h) > 0 and self.h_shape[0] >= 2
-            and SPLIT_MIN_FLOPS <= per_gemm <= SPLIT_MAX_FLOPS
-            and per_gemm * prod(self.h_shape) >= SPLIT_MIN_TOTAL and split_pays()
-        )
+        self.split_batches = (self.kind is Kind.GEMM and len(self.h) > 0
+                              and self.h_shape[0] >= 2 and split_batch(
+                                  2 * self.m * self.n * self.k, prod(self.h_shape)))
         if self.split_batches:
             self.algorithm += " (batch split across threads)"
         self.block = self._plan_blocks(first, second)
@@ -529,7 +535,10 @@ class BlasPlan(Stateless):
                           np.matmul(left, right), None, c, alpha=bound.alpha, beta=bound.beta,
                           conj_c=conj_c, conj_out=conj_d, threads=threads)
             return
-        np.matmul(left, right, out=out)
+        if out.ndim >= 3 and split_batch(2 * g.m * g.n * g.k, g.calls):
+            parallel_matmul(left, right, out, threads)
+        else:
+            np.matmul(left, right, out=out)
         if c is not None or bound.alpha != 1 or conj_d:
             kernels.fused(d, d, None, c, alpha=bound.alpha,
                           beta=0 if c is None else bound.beta, conj_c=conj_c,
