@@ -942,6 +942,10 @@ class BlasPlan(Stateless):
         and may be overwritten.
         """
         spec = self.spec
+        if d_t.ndim == 0 and c_t is None and bound.alpha == 1 and not spec.d.conjugates and (
+                spec.d.datatype.is_complex or not np.iscomplexobj(r)):
+            d_t[()] = r  # a full contraction's one number
+            return
         r = r.reshape(d_t.shape[:d_t.ndim - self.ic] + (1,) * self.ic)
         conj_c = spec.c.conjugates
         if d_t.size >= kernels.SMALL_COPY and kernels.supports(r, d_t, c_t) and (
@@ -1133,8 +1137,12 @@ def _blocked_dot(x: np.ndarray, y: np.ndarray) -> Any:
         return np.dot(x, y) if x.ndim == 1 else _dots(x, y)
     whole = n - n % DOT_BLOCK
     head = x.shape[:-1]
-    parts = _dots(x[..., :whole].reshape((*head, -1, DOT_BLOCK)),
-                  y[..., :whole].reshape((*head, -1, DOT_BLOCK)))
+    xs = x[..., :whole].reshape((*head, -1, 1, DOT_BLOCK))
+    ys = y[..., :whole].reshape((*head, -1, DOT_BLOCK, 1))
+    parts = np.empty(xs.shape[:-2], np.result_type(x, y))
+    # the blocks' dots shared out over the BLAS's threads (both cores stream the operands)
+    if not summed_gemm(parts[..., None, None], xs, ys, 0, default_threads()):
+        parts = _dots(xs[..., 0, :], ys[..., 0])
     total = np.sum(parts, axis=-1)  # pairwise
     if whole < n:
         total = total + _dots(x[..., whole:], y[..., whole:])

@@ -26,21 +26,33 @@ _size = 0
 _lock = threading.Lock()
 
 
+_affinity: dict[int, int] = {}  # process id -> cores of its CPU affinity, read once
+
+
 def cores() -> int:
     """Cores this process may use.
 
-    Its CPU affinity, capped by ``OMP_NUM_THREADS`` when set (Dask workers, job schedulers and
-    users set it to keep processes from oversubscribing the machine; pytapp's own threads follow
-    it like the BLAS and OpenMP pools do).
+    Its CPU affinity (read once per process, as the BLAS and OpenMP pools do), capped by
+    ``OMP_NUM_THREADS`` when set (Dask workers, job schedulers and users set it to keep
+    processes from oversubscribing the machine; pytapp's own threads follow it like the BLAS
+    and OpenMP pools do).
     """
+    pid = os.getpid()  # a forked child reads its own
+    n = _affinity.get(pid)
+    if n is None:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not on Linux
+            n = os.cpu_count() or 1
+        _affinity.clear()
+        _affinity[pid] = n
+    text = os.environ.get("OMP_NUM_THREADS")
+    if not text:
+        return n
     try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        n = os.cpu_count() or 1
-    try:
-        limit = int(os.environ.get("OMP_NUM_THREADS", "0"))
+        limit = int(text)
     except ValueError:
-        limit = 0
+        return n
     return max(1, min(n, limit)) if limit > 0 else n
 
 
