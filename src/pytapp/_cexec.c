@@ -1446,6 +1446,9 @@ typedef int (*pool_run_t)(int, void *, void *, int);
 static set_threads_t g_set_threads = NULL;
 static get_threads_t g_get_threads = NULL;
 static pool_run_t g_pool_run = NULL;
+/* Set on a thread while it runs a Python call of pool_map: work it hands out again runs on
+ * that thread (the pool's threads are busy with the calls: waiting for one would deadlock). */
+static _Thread_local int g_in_pool = 0;
 static pthread_mutex_t g_single_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_single_users = 0, g_saved_threads = 1;
 
@@ -1626,11 +1629,11 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
     /* several workers each run a one-thread BLAS, on the BLAS's own pool where it has one
      * (no more workers than its threads); else one worker and the BLAS's threads */
     const int outside = workers > 1 ? blas_single_enter() : 0;
-    if (outside > 1 && g_pool_run) {
+    if (outside > 1 && g_pool_run && !g_in_pool) {
         const int n = workers < outside ? workers : outside;
         jobs[n - 1].stop = first; /* the last one takes the shares of workers not run */
         g_pool_run(n, (void *)packed_task, jobs, (int)sizeof(PackedJob));
-    } else if (outside > 1) {
+    } else if (outside > 1 && !g_in_pool) {
         pthread_t tid[MAX_WORKERS];
         int started[MAX_WORKERS] = {0};
         for (int w = 1; w < workers; ++w)
@@ -1801,7 +1804,7 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
     SummedJob jobs[MAX_WORKERS];
     Py_BEGIN_ALLOW_THREADS
     const int outside = workers > 1 ? blas_single_enter() : 0;
-    if (outside > 1 && g_pool_run) {
+    if (outside > 1 && g_pool_run && !g_in_pool) {
         const int w = workers < outside ? workers : outside;
         const npy_intp total = by_batch ? kept : m;
         for (int i = 0; i < w; ++i) {
@@ -1816,6 +1819,78 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
     }
     if (outside) blas_single_leave();
     Py_END_ALLOW_THREADS
+    Py_RETURN_TRUE;
+}
+
+/* ------------------------------------------------------------------ Python work on the pool */
+
+typedef struct {
+    PyObject *fn;
+    Py_ssize_t index;
+    PyObject **error; /* the first exception raised, as (type, value, traceback) */
+    PyObject **error_tb, **error_value;
+    pthread_mutex_t *lock;
+} CallJob;
+
+static void call_task(void *arg) {
+    CallJob *j = (CallJob *)arg;
+    PyGILState_STATE g = PyGILState_Ensure();
+    const int was = g_in_pool;
+    g_in_pool = 1;
+    PyObject *r = PyObject_CallFunction(j->fn, "n", j->index);
+    g_in_pool = was;
+    if (r) {
+        Py_DECREF(r);
+    } else {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        pthread_mutex_lock(j->lock);
+        if (!*j->error) {
+            *j->error = t, *j->error_value = v, *j->error_tb = tb;
+        } else {
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+        }
+        pthread_mutex_unlock(j->lock);
+    }
+    PyGILState_Release(g);
+}
+
+/* pool_map(fn, count) -> bool: fn(i) for i < count, i = 0 on this thread and the others on
+ * the BLAS's own pool threads, with a one-thread BLAS meanwhile; fn must release the GIL for
+ * its heavy part (NumPy's copies and ufuncs, nogil kernels) for the calls to overlap. False
+ * (nothing called) when there is no pool to run on: the caller uses threads of its own. The
+ * first exception a call raised is raised here, once every call has returned. */
+static PyObject *pool_map(PyObject *self, PyObject *args) {
+    PyObject *fn;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "On", &fn, &count)) return NULL;
+    if (count < 1 || count > MAX_WORKERS || !g_pool_run || g_in_pool) Py_RETURN_FALSE;
+    const int outside = blas_single_enter();
+    if (outside < count) {
+        if (outside) blas_single_leave();
+        Py_RETURN_FALSE;
+    }
+    CallJob jobs[MAX_WORKERS];
+    PyObject *err = NULL, *err_value = NULL, *err_tb = NULL;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    for (Py_ssize_t i = 0; i < count; ++i) {
+        jobs[i].fn = fn;
+        jobs[i].index = i;
+        jobs[i].error = &err;
+        jobs[i].error_value = &err_value;
+        jobs[i].error_tb = &err_tb;
+        jobs[i].lock = &lock;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    g_pool_run((int)count, (void *)call_task, jobs, (int)sizeof(CallJob));
+    Py_END_ALLOW_THREADS
+    blas_single_leave();
+    if (err) {
+        PyErr_Restore(err, err_value, err_tb);
+        return NULL;
+    }
     Py_RETURN_TRUE;
 }
 
@@ -1885,6 +1960,9 @@ static PyMethodDef methods[] = {
     {"summed_gemm", summed_gemm, METH_VARARGS,
      "summed_gemm(d, left, right, summed, threads) -> bool: d = sum over the first `summed` "
      "axes of left @ right, D shared by the workers; False when it does not apply."},
+    {"pool_map", pool_map, METH_VARARGS,
+     "pool_map(fn, count) -> bool: fn(i) for i < count on the BLAS's own threads (this one "
+     "too); False when there is no such pool."},
     {"set_blas_threads", set_blas_threads, METH_VARARGS,
      "set_blas_threads(set, get[, pool]): addresses of the BLAS's thread count setter and "
      "getter, and of OpenBLAS's gotoblas_pthread (0: none)."},

@@ -8,6 +8,7 @@ float64/complex128 on exact small-integer data, so every result must be equal, n
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 
@@ -261,4 +262,46 @@ def test_batched_products_split_on_the_pool(equation: str,
     assert "batch split across threads" in str(expr.info())
     before = _blas_threads()
     np.testing.assert_array_equal(expr(*ops), np.einsum(equation, *ops))
+    assert _blas_threads() == before
+
+
+def test_pool_map_runs_every_call_and_raises_the_first_error() -> None:
+    before = _blas_threads()
+    libs = [ctypes.CDLL(p) for p in program._numpy_blas_paths()]
+    if not any(hasattr(lib, "gotoblas_pthread") for lib in libs) or min(before or [1]) < 2:
+        pytest.skip("NumPy's BLAS has no pool of two threads to run on")
+    seen: list[int] = []
+    assert program.pool_map(seen.append, 2)
+    assert sorted(seen) == [0, 1]
+
+    def fail(i: int) -> None:
+        raise ValueError(f"call {i}")
+
+    with pytest.raises(ValueError, match="call"):
+        program.pool_map(fail, 2)
+    nested: list[bool] = []
+    assert program.pool_map(lambda i: nested.append(program.pool_map(lambda j: None, 2)), 2)
+    assert nested == [False, False]  # work handed out from inside runs where it is
+    assert _blas_threads() == before
+
+
+def test_sixteen_threads_copy_through_the_pool() -> None:
+    src = (np.arange(48 * 48 * 48 * 12, dtype=np.float64) % 97).reshape(48, 48, 48, 12)
+    want = np.ascontiguousarray(src.transpose(0, 1, 3, 2))
+    before = _blas_threads()
+    wrong: list[int] = []
+
+    def work(k: int) -> None:
+        for _ in range(6):
+            dst = np.empty(want.shape)
+            threads_mod.parallel_copyto(dst, src.transpose(0, 1, 3, 2), threads=2)
+            if not np.array_equal(dst, want):
+                wrong.append(k)
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not wrong
     assert _blas_threads() == before

@@ -26,7 +26,7 @@ import numpy as np
 
 from pytapp.kernels.pool import cores as default_threads
 from pytapp.kernels.pool import executor as _executor
-from pytapp.kernels.program import summed_gemm, tiled_copy
+from pytapp.kernels.program import pool_map, summed_gemm, tiled_copy
 
 __all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmul",
            "parallel_multiply"]
@@ -76,7 +76,8 @@ def parallel_map(out: np.ndarray, inputs: tuple[np.ndarray, ...], threads: int |
         index = [slice(None)] * out.ndim
         index[axis] = s
         tasks.append((out[tuple(index)], *(cut(x, s) for x in inputs)))
-    list(_executor(n).map(lambda t: work(*t), tasks))
+    if not pool_map(lambda i: work(*tasks[i]), len(tasks)):  # the BLAS's threads, else ours
+        list(_executor(n).map(lambda t: work(*t), tasks))
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:

@@ -1,7 +1,10 @@
-"""The threads that run kernel blocks: a small pool of Python threads (created on first use).
+"""The threads that run kernel blocks: the BLAS's own, else a small pool of Python threads.
 
-Kernels release the GIL, so blocks of one call run in parallel on these threads. Idle threads
-sleep on a queue instead of spinning, so they leave the cores to the BLAS call that follows.
+Kernels release the GIL, so blocks of one call run in parallel. They run on OpenBLAS's
+threads where the extension can hand them over (:func:`pytapp.kernels.program.pool_map`):
+those threads busy-wait for a while after every BLAS call, so threads of our own would
+compete with them for the cores. Otherwise on a pool of Python threads (created on first
+use), whose idle threads sleep on a queue.
 
 Examples
 --------
@@ -79,6 +82,10 @@ def run_blocks(work: Callable[[int, int], object], blocks: int, threads: int,
         return
     bounds = [blocks * i // n for i in range(n + 1)]
     ranges = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+    from pytapp.kernels.program import pool_map  # the extension's module: on first use
+
+    if pool_map(lambda i: work(*ranges[i]), len(ranges)):  # the BLAS's threads, else ours
+        return
     futures = [executor(n).submit(work, lo, hi) for lo, hi in ranges[1:]]
     work(*ranges[0])  # the caller works too
     for f in futures:

@@ -29,6 +29,7 @@ import glob
 import importlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,8 @@ from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 
 __all__ = ["available", "blas_available", "blas_single", "blas_single_leave", "compile_chain",
-           "compile_lowered", "compile_product", "packed_gemm", "summed_gemm", "tiled_copy"]
+           "compile_lowered", "compile_product", "packed_gemm", "pool_map", "summed_gemm",
+           "tiled_copy"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -134,6 +136,25 @@ def summed_gemm(d: np.ndarray, left: np.ndarray, right: np.ndarray, summed: int,
     if _cexec is None or not blas_available():
         return False
     done: bool = _cexec.summed_gemm(d, left, right, summed, threads)
+    return done
+
+
+def pool_map(work: Callable[[int], object], count: int) -> bool:
+    """Run ``work(i)`` for ``i < count``: ``i = 0`` here, the others on the BLAS's own threads.
+
+    OpenBLAS's idle threads busy-wait for a while after every call; threads of our own then
+    compete with them for the cores, where work handed to them starts at once (a 10.6 MB
+    permuted copy split in two: 0.65 ms on the BLAS's threads, 1.2 ms on ours, 1.0 ms on one
+    thread). The BLAS runs on one thread per caller meanwhile. ``work`` must release the GIL
+    for its heavy part (NumPy's copies and ufuncs, nogil kernels) for the calls to overlap.
+    Returns ``False``, having called nothing, when there is no such pool (another BLAS, the
+    extension not built, fewer BLAS threads than ``count``, or a call from inside such work):
+    the caller then uses threads of its own. The first exception a call raised is raised once
+    every call has returned.
+    """
+    if _cexec is None or count < 2 or not blas_available():
+        return False
+    done: bool = _cexec.pool_map(work, count)
     return done
 
 
