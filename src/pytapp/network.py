@@ -47,9 +47,12 @@ _log = logging.getLogger("pytapp")
 #: Most TAPP plans one step keeps (one per operand layout and datatype).
 STEP_PLAN_CACHE = 16
 #: Fewest flops of a last step whose result layout is worth trying both ways (see
-#: :meth:`Network.flipped`): a few milliseconds a call, so that planning the other layout
-#: (about a millisecond) and the few calls of the slower one are repaid within 20 calls.
-FLIP_MIN_FLOPS = 1 << 28
+#: :meth:`Network.flipped`): over 10 ms a call, so that planning the other layout (about a
+#: millisecond) and the few calls of the slower one are repaid within 20 calls. In a loop of
+#: 20 calls per product the two layouts of 0.38 GFLOP GEMMs came out within 5% either way from
+#: run to run (the trial picked at random and cost its planning), those of 1.5 GFLOP ones
+#: 7-10% apart, the same way every run.
+FLIP_MIN_FLOPS = 1 << 30
 
 Path = list[tuple[int, ...]]
 
