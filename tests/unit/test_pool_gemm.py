@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -42,6 +43,20 @@ def _wide(x: np.ndarray) -> np.ndarray:
 
 def _blas_threads() -> list[int]:
     return [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
+def _on_sixteen_threads(work: Callable[[], list[bool]]) -> None:
+    """Run ``work`` on 16 threads at once: every check it returns holds, and the BLAS thread
+    count is what it was before."""
+    before = _blas_threads()
+    results: list[list[bool]] = []
+    pool = [threading.Thread(target=lambda: results.append(work())) for _ in range(16)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert len(results) == 16 and all(all(r) and r for r in results)
+    assert _blas_threads() == before
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -139,21 +154,7 @@ def test_sixteen_threads_share_a_thin_plan() -> None:
     a, b = _ints(rng, (48, 40, 16, 24), np.float64), _ints(rng, (12, 16), np.float64)
     want = np.einsum("abcj,ic->ijab", a, b)
     expr = pytapp.einsum_expression("abcj,ic->ijab", a.shape, b.shape, backend="blas")
-    before = _blas_threads()
-    wrong: list[int] = []
-
-    def work(k: int) -> None:
-        for _ in range(12):
-            if not np.array_equal(expr(a, b), want):
-                wrong.append(k)
-
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(16)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    assert not wrong
-    assert _blas_threads() == before
+    _on_sixteen_threads(lambda: [np.array_equal(expr(a, b), want) for _ in range(12)])
 
 
 @settings(max_examples=40, deadline=None)
@@ -288,20 +289,13 @@ def test_pool_map_runs_every_call_and_raises_the_first_error() -> None:
 def test_sixteen_threads_copy_through_the_pool() -> None:
     src = (np.arange(48 * 48 * 48 * 12, dtype=np.float64) % 97).reshape(48, 48, 48, 12)
     want = np.ascontiguousarray(src.transpose(0, 1, 3, 2))
-    before = _blas_threads()
-    wrong: list[int] = []
 
-    def work(k: int) -> None:
+    def copies() -> list[bool]:
+        seen = []
         for _ in range(6):
             dst = np.empty(want.shape)
             threads_mod.parallel_copyto(dst, src.transpose(0, 1, 3, 2), threads=2)
-            if not np.array_equal(dst, want):
-                wrong.append(k)
+            seen.append(np.array_equal(dst, want))
+        return seen
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(16)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    assert not wrong
-    assert _blas_threads() == before
+    _on_sixteen_threads(copies)
