@@ -45,6 +45,19 @@ def _blas_threads() -> list[int]:
     return [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
 
 
+def _through_blas(equation: str, ext: dict[str, int], dtype: type,
+                  caplog: pytest.LogCaptureFixture, route: str) -> None:
+    """``equation`` on blas equals the oracle, and blas's DEBUG log names ``route``."""
+    rng = np.random.default_rng(len(equation))
+    ops = [_ints(rng, tuple(ext[ch] for ch in term), dtype)
+           for term in equation.split("->")[0].split(",")]
+    want = np.einsum(equation, *map(_wide, ops))
+    with caplog.at_level(logging.DEBUG, logger="pytapp"):
+        got = pytapp.einsum(equation, *ops, backend="blas")
+    np.testing.assert_array_equal(_wide(np.asarray(got)), want)
+    assert any(route in r.getMessage() for r in caplog.records)
+
+
 def _on_sixteen_threads(work: Callable[[], list[bool]]) -> None:
     """Run ``work`` on 16 threads at once: every check it returns holds, and the BLAS thread
     count is what it was before."""
@@ -115,15 +128,8 @@ def test_packed_gemm_declines_what_it_does_not_cover(case: str) -> None:
 ])
 def test_thin_products_through_blas(dtype: type, equation: str,
                                     caplog: pytest.LogCaptureFixture) -> None:
-    rng = np.random.default_rng(len(equation))
     ext = dict(a=48, b=40, c=16, j=24, i=12)  # 2^24 flops or more: the Python plan's GEMM
-    ops = [_ints(rng, tuple(ext[ch] for ch in term), dtype)
-           for term in equation.split("->")[0].split(",")]
-    want = np.einsum(equation, *map(_wide, ops))
-    with caplog.at_level(logging.DEBUG, logger="pytapp"):
-        got = pytapp.einsum(equation, *ops, backend="blas")
-    np.testing.assert_array_equal(_wide(np.asarray(got)), want)
-    assert any("thin GEMM" in r.getMessage() for r in caplog.records)
+    _through_blas(equation, ext, dtype, caplog, "thin GEMM")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
@@ -222,16 +228,8 @@ def test_summed_gemm_declines_what_it_does_not_cover(case: str) -> None:
                                       "akic,kc->ia"])
 def test_summed_products_through_blas(dtype: type, equation: str,
                                       caplog: pytest.LogCaptureFixture) -> None:
-    rng = np.random.default_rng(len(equation))
     ext = dict(k=12, b=128, c=128, d=48, a=128, i=64, j=12, n=3)  # 2^24 flops or more
-    ops = [_ints(rng, tuple(ext[ch] for ch in term), dtype)
-           for term in equation.split("->")[0].split(",")]
-    want = np.einsum(equation, *map(_wide, ops))
-    with caplog.at_level(logging.DEBUG, logger="pytapp"):
-        got = pytapp.einsum(equation, *ops, backend="blas")
-    np.testing.assert_array_equal(_wide(np.asarray(got)), want)
-    assert any("summed" in r.getMessage() and "in D" in r.getMessage()
-               for r in caplog.records)
+    _through_blas(equation, ext, dtype, caplog, "in D on")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
