@@ -1903,14 +1903,6 @@ static PyObject *set_blas_threads(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* blas_single(enter): enter (True) or leave (False) a section in which the BLAS runs on one
- * thread per caller; False when the BLAS's thread count cannot be set. */
-static PyObject *blas_single(PyObject *self, PyObject *arg) {
-    if (PyObject_IsTrue(arg)) return PyBool_FromLong(blas_single_enter() > 0);
-    blas_single_leave();
-    Py_RETURN_TRUE;
-}
-
 /* ------------------------------------------------------------------ module */
 
 static PyObject *set_blas(PyObject *self, PyObject *args) {
@@ -1966,9 +1958,6 @@ static PyMethodDef methods[] = {
     {"set_blas_threads", set_blas_threads, METH_VARARGS,
      "set_blas_threads(set, get[, pool]): addresses of the BLAS's thread count setter and "
      "getter, and of OpenBLAS's gotoblas_pthread (0: none)."},
-    {"blas_single", blas_single, METH_O,
-     "blas_single(enter): enter (True) or leave (False) a one-thread-BLAS section; False when "
-     "the BLAS's thread count cannot be set (then do not leave)."},
     {"set_untrusted", set_untrusted, METH_O,
      "set_untrusted(types): buffer exporters whose buffer does not bound their allocation."},
     {NULL, NULL, 0, NULL},

@@ -67,16 +67,18 @@ MIN_BLOCK_ROWS = 64
 #: 1.3-1.6x on GEMMs of 16x16x16 and 8x8x8.
 SPLIT_MIN_FLOPS = 1 << 15
 SPLIT_MIN_TOTAL = 1 << 24
+#: The split must take at most this share of matmul's time to be used (on the BLAS's pool it
+#: is not slower anywhere measured, so any gain counts).
+SPLIT_GAIN = 1.0
 #: A GEMM whose thinner side (m or n) has at most THIN_MAX rows, and whose thick operand BLAS
 #: cannot read in place, packs that operand in blocks of about PACK_BLOCK_BYTES and multiplies
 #: each while it is in cache, every core doing a share (:func:`packed_gemm`): the thin side
 #: is read again for every block, which costs little next to the block itself.
 THIN_MAX = 256
 PACK_BLOCK_BYTES = 1 << 18
+#: ... blocks of at least THIN_REREAD times the thin side's bytes, so that reading it again
+#: costs at most a quarter of the block.
 THIN_REREAD = 4
-#: The split must take at most this share of matmul's time to be used (on the BLAS's pool it
-#: is not slower anywhere measured, so any gain counts).
-SPLIT_GAIN = 1.0
 _split_ratio: float | None = None
 
 
@@ -374,6 +376,10 @@ class BlasPlan(Stateless):
             if self.route is Route.VIEW_GEMM:
                 g = self._views()
                 self.profile.view = (g.m, g.n, g.k, g.calls)
+        #: The view route's batch of GEMMs (none summed) split across threads.
+        g_v = self.view_gemm if self.route is Route.VIEW_GEMM else None
+        self.split_views = (g_v is not None and not g_v.reduced and len(g_v.batch) > 0
+                            and split_batch(2 * g_v.m * g_v.n * g_v.k, g_v.calls))
         _log.debug("blas layout of %s: kind %s, h %s m %d n %d k %d, A perm %s, B perm %s, "
                    "D perm %s; profile %s", spec.einsum(), self.kind.value, self.h_shape, self.m,
                    self.n, self.k, self.a_perm, self.b_perm, self.d_perm, self.profile)
@@ -537,7 +543,7 @@ class BlasPlan(Stateless):
                           np.matmul(left, right), None, c, alpha=bound.alpha, beta=bound.beta,
                           conj_c=conj_c, conj_out=conj_d, threads=threads)
             return
-        if out.ndim >= 3 and split_batch(2 * g.m * g.n * g.k, g.calls):
+        if self.split_views:
             parallel_matmul(left, right, out, threads)
         else:
             np.matmul(left, right, out=out)

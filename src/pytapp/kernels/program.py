@@ -37,9 +37,8 @@ import numpy as np
 from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 
-__all__ = ["available", "blas_available", "blas_single", "blas_single_leave", "compile_chain",
-           "compile_lowered", "compile_product", "packed_gemm", "pool_map", "summed_gemm",
-           "tiled_copy"]
+__all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
+           "packed_gemm", "pool_map", "summed_gemm", "tiled_copy"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -156,25 +155,6 @@ def pool_map(work: Callable[[int], object], count: int) -> bool:
         return False
     done: bool = _cexec.pool_map(work, count)
     return done
-
-
-def blas_single() -> bool:
-    """Enter a section in which each thread's BLAS calls run on that thread alone.
-
-    The BLAS's thread count is process-wide: the first section to enter sets it to one, the
-    last to leave restores it (:func:`blas_single_leave`), so sections on several threads
-    never leave it wrong. ``False`` (do not leave) when the count cannot be set here.
-    """
-    if _cexec is None or not blas_available():
-        return False
-    entered: bool = _cexec.blas_single(True)
-    return entered
-
-
-def blas_single_leave() -> None:
-    """Leave a section :func:`blas_single` entered."""
-    assert _cexec is not None
-    _cexec.blas_single(False)
 
 
 _lock = threading.Lock()
