@@ -434,11 +434,10 @@ def _cmd_bench_cc(args: argparse.Namespace) -> int:
     callback, bar = _progress_printer()
     rounds = max(args.repeats, 1)
     with bar:
-        total = rounds * len(ccsd.CONTENDERS)
-        done = iter(range(total))
+        done = iter(range(rounds))
         result = ccsd.run_cc(args.size, rounds=rounds, iterations=ccsd.ITERATIONS,
                              threads=args.threads,
-                             progress=lambda what: callback(what, next(done), total))
+                             progress=lambda what: callback(what, next(done), rounds))
     print(ccsd.cc_table(result))
     _write_text_reports(args, ccsd.cc_json(result), ccsd.cc_markdown(result))
     return 1 if any(e > 1e-10 for e in result.errors.values()) else 0

@@ -5,19 +5,22 @@ integrals and intermediates over ``o`` occupied and ``v`` virtual orbitals; oper
 10^4-10^7 elements) are each executed once per iteration for :data:`ITERATIONS` iterations,
 in a loop, by every contender: ``pytapp.einsum`` on the default backend, ``pytapp.einsum``
 with each single backend forced, ``numpy.einsum(optimize=True)`` and ``pytblis.einsum``.
-Contenders are interleaved in rounds (each round runs every contender's whole loop once, in
-shuffled order; pytapp's plan caches and remembered calls are cleared before each of its
-loops, so planning and any tuning count); the minimum over rounds is kept. Each result is
-checked against numpy.einsum in float64.
+Contenders are interleaved by iteration: each round clears pytapp's plan caches and remembered
+calls (so planning and any tuning count, in iteration 0, as in a new run), then runs the
+iterations, each one's contenders in a freshly shuffled order, every contender running the
+whole iteration (all the contractions, about 0.1 s) as one sample. A contender's time is the
+sum over iterations of its least time for that iteration over the rounds: samples of a tenth
+of a second, interleaved, as the suites' rule asks, where a whole 2-second loop as one sample
+let the machine's slow phases decide (one loop of identical calls took 1.74-1.92 s). Each
+result is checked against numpy.einsum in float64.
 
 pytapp runs as on a machine without wisdom: the suite keeps tuning results in memory
-(``PYTAPP_WISDOM=off`` while it runs) and forgets them before each loop. Choices recorded
+(``PYTAPP_WISDOM=off`` while it runs) and forgets them before each round. Choices recorded
 in this machine's wisdom file by earlier tuning would otherwise decide the default's time (a
 file here had tblis for six of ten products, each timed alone, where tblis's spinning pool
-then slows the OpenBLAS call after it in the loop). Each loop starts right after
-``gc.collect()``: the plans and expressions a cleared cache let go are the previous loop's
-garbage, which Python's collector would otherwise reclaim inside whichever loop comes next
-(with the rounds' fixed order, mostly the default's, right after ``pytapp[blas]``).
+then slows the OpenBLAS call after it in the loop). Each round starts right after
+``gc.collect()``: the plans and expressions a cleared cache let go are the previous round's
+garbage, which Python's collector would otherwise reclaim inside some contender's iteration.
 
 Examples
 --------
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +46,11 @@ __all__ = ["CONTENDERS", "CcResult", "cc_json", "cc_markdown", "cc_shapes", "cc_
 
 #: Iterations of the loop: each contraction runs once per iteration.
 ITERATIONS = 20
+
+#: Pause before each sample: BLAS and OpenMP pools keep their threads spinning for about
+#: 0.1-0.2 s after a call (OpenBLAS 2^28 cycles, OpenMP's block time), which would slow a
+#: contender of another pool sampled right after.
+SETTLE_SECONDS = 0.25
 
 #: Every contender: pytapp on the default backend, each backend forced, and the peers.
 CONTENDERS = ("pytapp", "pytapp[blas]", "pytapp[tblis]", "pytapp[torch]", "numpy", "pytblis")
@@ -88,7 +97,11 @@ def _operands(o: int, v: int, seed: int = 0) -> list[tuple[str, list[np.ndarray]
 
 @dataclass
 class CcResult:
-    """Seconds of the whole loop per contender (least over rounds) and per term."""
+    """Seconds of the whole loop per contender and per term.
+
+    ``totals``: the sum over iterations of each iteration's least time over the rounds;
+    ``per_term``: the same sum for each contraction alone.
+    """
 
     o: int
     v: int
@@ -133,8 +146,8 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
     Returns
     -------
     CcResult
-        The least total of each contender over ``rounds``, its per-term times in that round,
-        and its largest relative error against numpy.einsum.
+        Each contender's loop time (the sum of its iterations' least times over ``rounds``),
+        the same per term, and its largest relative error against numpy.einsum.
     """
     from pytapp import wisdom
     from pytapp.bench.harness import thread_limits
@@ -157,7 +170,6 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
          progress: Callable[[str], None] | None) -> CcResult:
     import pytapp
     from pytapp import wisdom
-    from pytapp.bench.harness import shuffled_rounds
     from pytapp.numpy_api import forget_calls
 
     o, v = _sizes(size)
@@ -170,36 +182,52 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
             calls[name] = _contender(name)
         except Exception as exc:  # not installed or not available here: reported, not timed
             result.skipped[name] = str(exc).splitlines()[0]
-    for _, name in shuffled_rounds(list(calls), rounds, progress):
-        if name.startswith("pytapp"):
-            pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
-            forget_calls()
-            wisdom.forget()  # ... on a machine without wisdom (see the module's notes)
-        gc.collect()  # the previous loop's garbage (plans, expressions) is not this one's cost
-        fn = calls[name]
-        terms = dict.fromkeys((eq for eq, _ in work), 0.0)
-        got: list[Any] = []
-        start = time.perf_counter()
+    inf = float("inf")
+    # least seconds of each (contender, iteration) and of each term in it, over the rounds
+    least = {name: [inf] * iterations for name in calls}
+    terms = {name: {eq: [inf] * iterations for eq, _ in work} for name in calls}
+    order = list(calls)
+    shuffle = random.Random(0)
+    for r in range(rounds):
+        if progress is not None:
+            progress(f"round {r + 1} of {rounds}")
+        pytapp.clear_plan_cache()  # planning (and any tuning) counts, as in a new run
+        forget_calls()
+        wisdom.forget()  # ... on a machine without wisdom (see the module's notes)
+        gc.collect()  # the previous round's garbage (plans, expressions) is not this one's
         for it in range(iterations):
-            for eq, ops in work:
-                t0 = time.perf_counter()
-                out = fn(eq, ops)
-                terms[eq] += time.perf_counter() - t0
-                if it == 0:
-                    got.append(out)
-        total = time.perf_counter() - start
-        if total < result.totals.get(name, float("inf")):
-            result.totals[name], result.per_term[name] = total, terms
-        err = max(float(np.max(np.abs(np.asarray(g) - w)) / (np.max(np.abs(w)) or 1.0))
-                  for g, w in zip(got, want, strict=True))
-        result.errors[name] = max(result.errors.get(name, 0.0), err)
+            shuffle.shuffle(order)
+            for name in order:
+                time.sleep(SETTLE_SECONDS)  # the previous contender's spinning pool idles
+                fn, mine = calls[name], terms[name]
+                got: list[Any] = []
+                start = time.perf_counter()
+                for eq, ops in work:
+                    t0 = time.perf_counter()
+                    out = fn(eq, ops)
+                    seconds = time.perf_counter() - t0
+                    if seconds < mine[eq][it]:
+                        mine[eq][it] = seconds
+                    if it == 0:
+                        got.append(out)
+                least[name][it] = min(least[name][it], time.perf_counter() - start)
+                if got:
+                    err = max(_relative_error(g, w) for g, w in zip(got, want, strict=True))
+                    result.errors[name] = max(result.errors.get(name, 0.0), err)
+    for name in calls:
+        result.totals[name] = sum(least[name])
+        result.per_term[name] = {eq: sum(times) for eq, times in terms[name].items()}
     return result
+
+
+def _relative_error(got: Any, want: np.ndarray) -> float:
+    return float(np.max(np.abs(np.asarray(got) - want)) / (np.max(np.abs(want)) or 1.0))
 
 
 def cc_table(r: CcResult) -> str:
     """Return a text table: each contender's loop time and its ratio to the default."""
     lines = [f"coupled-cluster-like loop: {len(_TERMS)} contractions x {r.iterations} "
-             f"iterations, o={r.o}, v={r.v} (least of the rounds)"]
+             f"iterations, o={r.o}, v={r.v} (each iteration's least time over the rounds, summed)"]
     base = r.totals.get("pytapp")
     for name, seconds in sorted(r.totals.items(), key=lambda kv: kv[1]):
         rel = f"{seconds / base:6.2f}x pytapp" if base else ""
@@ -253,7 +281,9 @@ def cc_markdown(r: CcResult) -> str:
     lines = ["# Coupled-cluster-like workload (`pytapp bench --suite cc`)", "",
              f"{len(_TERMS)} distinct CCSD-like contractions (o={r.o}, v={r.v}), each run "
              f"once per iteration for {r.iterations} iterations; contenders interleaved in "
-             "rounds, least total kept, pytapp's caches cleared before each of its loops.", "",
+             "rounds by iteration (each iteration's contenders in shuffled order), each "
+             "iteration's least time over the rounds summed; pytapp's caches cleared before "
+             "each round.", "",
              "| contender | seconds | vs default |", "| --- | ---: | ---: |"]
     base = r.totals.get("pytapp")
     for name, seconds in sorted(r.totals.items(), key=lambda kv: kv[1]):
