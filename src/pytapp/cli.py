@@ -337,6 +337,7 @@ def _print_table(result: Any) -> None:
 
 def _cmd_bench_networks(args: argparse.Namespace) -> int:
     from pytapp.bench import networks
+    from pytapp.bench.harness import SETTLE_SECONDS
 
     backend = args.backend[0] if args.backend != ["auto", "blas"] else None
     cases = networks.network_cases(args.size, quick=args.quick)
@@ -349,6 +350,7 @@ def _cmd_bench_networks(args: argparse.Namespace) -> int:
             cases, repeats=args.repeats, backend=backend, roof=not args.quick,
             threads=args.threads,
             sample_seconds=networks.SAMPLE_SECONDS / (10 if args.quick else 1),
+            settle_seconds=0.0 if args.quick else SETTLE_SECONDS,
             progress=lambda what: callback(what, next(done), len(cases)))
     print(networks.networks_table(results))
     return _write_reports(args, results, networks.networks_json(results),

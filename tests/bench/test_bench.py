@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -85,6 +86,28 @@ def test_interleaved_rounds_shuffle_and_repeat() -> None:
                        min_seconds=0.02)
     spent = more["sleep"]
     assert len(spent) >= 2 and sum(spent) >= 0.02 > sum(spent[:-1])  # stopped once reached
+
+
+def test_interleaved_settles_between_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytapp.bench import harness
+
+    order: list[str] = []
+    pauses: list[tuple[str, float]] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(harness.time, "sleep",
+                        lambda s: pauses.append((order[-1] if order else "", s)))
+    calls = {name: (lambda n=name: order.append(n)) for name in ("np1", "np2", "tc")}
+    pools = {"np1": "blas", "np2": "blas", "tc": "torch"}
+    interleaved(calls, rounds=5, sample_seconds=0.0, seed=3, pool_of=pools.__getitem__,
+                settle_seconds=0.3)
+    monkeypatch.setattr(harness.time, "sleep", real_sleep)
+    timed = order[6:]  # after one warm-up and one calibration call each
+    switches = sum(pools[x] != pools[y] for x, y in itertools.pairwise(timed))
+    assert switches >= 5 and len(pauses) == switches  # a pause at each change of pool only
+    assert all(s == 0.3 for _, s in pauses)
+    pauses.clear()
+    interleaved(calls, rounds=3, sample_seconds=0.0, pool_of=lambda _: "blas")
+    assert not pauses  # one pool: never
 
 
 def test_time_call_counts() -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pytapp.bench import ccsd
 
 
-def test_cc_interleaves_by_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ccsd, "SETTLE_SECONDS", 0.0)
+def test_cc_interleaves_by_iteration() -> None:
     heard: list[str] = []
     r = ccsd.run_cc(size=0.2, rounds=2, iterations=3, contenders=["pytapp", "numpy"],
-                    progress=heard.append)
+                    progress=heard.append, settle_seconds=0.0)
     assert heard == ["round 1 of 2", "round 2 of 2"]
     assert sorted(r.totals) == ["numpy", "pytapp"]
     for name, total in r.totals.items():

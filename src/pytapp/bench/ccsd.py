@@ -47,10 +47,10 @@ __all__ = ["CONTENDERS", "CcResult", "cc_json", "cc_markdown", "cc_shapes", "cc_
 #: Iterations of the loop: each contraction runs once per iteration.
 ITERATIONS = 20
 
-#: Pause before each sample: BLAS and OpenMP pools keep their threads spinning for about
-#: 0.1-0.2 s after a call (OpenBLAS 2^28 cycles, OpenMP's block time), which would slow a
-#: contender of another pool sampled right after.
-SETTLE_SECONDS = 0.25
+#: The thread pool each contender runs on: a sample on another pool than the one before
+#: waits :data:`pytapp.bench.harness.SETTLE_SECONDS` first (pools spin after their calls).
+POOLS = {"pytapp": "openblas", "pytapp[blas]": "openblas", "numpy": "openblas",
+         "pytapp[tblis]": "tblis", "pytblis": "tblis", "pytapp[torch]": "torch"}
 
 #: Every contender: pytapp on the default backend, each backend forced, and the peers.
 CONTENDERS = ("pytapp", "pytapp[blas]", "pytapp[tblis]", "pytapp[torch]", "numpy", "pytblis")
@@ -138,10 +138,12 @@ def _contender(name: str) -> Callable[[str, list[np.ndarray]], Any]:
 def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
            contenders: Sequence[str] = CONTENDERS,
            progress: Callable[[str], None] | None = None,
-           threads: int | None = None) -> CcResult:
+           threads: int | None = None, settle_seconds: float | None = None) -> CcResult:
     """Run the workload; ``size`` scales o=12 and v=48 (at least 2 each).
 
-    ``threads``: every library's thread count (default: each library's own).
+    ``threads``: every library's thread count (default: each library's own);
+    ``settle_seconds``: the pause before a sample on another thread pool than the one before
+    (default :data:`pytapp.bench.harness.SETTLE_SECONDS`).
 
     Returns
     -------
@@ -150,14 +152,15 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
         the same per term, and its largest relative error against numpy.einsum.
     """
     from pytapp import wisdom
-    from pytapp.bench.harness import thread_limits
+    from pytapp.bench.harness import SETTLE_SECONDS, thread_limits
 
     saved = os.environ.get("PYTAPP_WISDOM")
     os.environ["PYTAPP_WISDOM"] = "off"  # tuning results stay in memory, forgotten per loop
     wisdom.forget()
     try:
         with thread_limits(threads):
-            return _run(size, rounds, iterations, contenders, progress)
+            return _run(size, rounds, iterations, contenders, progress,
+                        SETTLE_SECONDS if settle_seconds is None else settle_seconds)
     finally:
         if saved is None:
             os.environ.pop("PYTAPP_WISDOM", None)
@@ -167,9 +170,10 @@ def run_cc(size: float = 1.0, rounds: int = 3, iterations: int = ITERATIONS,
 
 
 def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
-         progress: Callable[[str], None] | None) -> CcResult:
+         progress: Callable[[str], None] | None, settle_seconds: float) -> CcResult:
     import pytapp
     from pytapp import wisdom
+    from pytapp.bench.harness import settle
     from pytapp.numpy_api import forget_calls
 
     o, v = _sizes(size)
@@ -188,6 +192,7 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
     terms = {name: {eq: [inf] * iterations for eq, _ in work} for name in calls}
     order = list(calls)
     shuffle = random.Random(0)
+    previous: str | None = None
     for r in range(rounds):
         if progress is not None:
             progress(f"round {r + 1} of {rounds}")
@@ -198,7 +203,8 @@ def _run(size: float, rounds: int, iterations: int, contenders: Sequence[str],
         for it in range(iterations):
             shuffle.shuffle(order)
             for name in order:
-                time.sleep(SETTLE_SECONDS)  # the previous contender's spinning pool idles
+                settle(previous, POOLS.get(name, name), settle_seconds)
+                previous = POOLS.get(name, name)
                 fn, mine = calls[name], terms[name]
                 got: list[Any] = []
                 start = time.perf_counter()

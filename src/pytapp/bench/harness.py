@@ -199,10 +199,30 @@ def shuffled_rounds(names: Sequence[str], rounds: int,
             yield r, name
 
 
+#: Pause between two samples that run on different thread pools. A BLAS or OpenMP pool keeps
+#: its threads spinning for a while after each call (OpenBLAS for 2^28 cycles, about 0.1 s),
+#: so a sample on another pool right after competes with them for the cores: torch.einsum
+#: on a linear-attention network took 9.6 ms right after a NumPy GEMM and 5.4 ms after a
+#: pause, and pytapp on NumPy's BLAS 6.1 ms right after a torch call, 4.8 ms after a pause.
+SETTLE_SECONDS = 0.2
+
+
+def settle(previous: str | None, pool: str, seconds: float = SETTLE_SECONDS) -> None:
+    """Sleep ``seconds`` when ``pool`` is not the ``previous`` sample's pool (``None``: none).
+
+    Examples
+    --------
+    >>> settle(None, "openblas"); settle("openblas", "openblas")  # no pause
+    """
+    if previous is not None and previous != pool and seconds > 0:
+        time.sleep(seconds)
+
+
 def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
                 sample_seconds: float = SAMPLE_SECONDS, min_seconds: float = 0.0,
                 max_rounds: int = 50, max_seconds: float = 60.0, seed: int = 0,
-                max_calls: int = 50) -> dict[str, list[float]]:
+                max_calls: int = 50, pool_of: Callable[[str], str] | None = None,
+                settle_seconds: float = SETTLE_SECONDS) -> dict[str, list[float]]:
     """Time ``calls`` in interleaved rounds; return each one's seconds per call, per round.
 
     Every call is warmed up once and calibrated (its repeats doubled until they last half of
@@ -212,7 +232,9 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
     to ``max_rounds``) until every call has been timed for ``min_seconds`` or ``max_calls``
     times (a fast call's samples suffice); once a whole run has spent ``max_seconds`` it
     stops after at least 2 rounds. The caller keeps the minimum over rounds (the run least
-    disturbed).
+    disturbed). ``pool_of`` names the thread pool a call runs on (asked before each sample):
+    a sample on another pool than the one before waits ``settle_seconds`` first (see
+    :data:`SETTLE_SECONDS`).
 
     Examples
     --------
@@ -233,9 +255,14 @@ def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int = 5,
     times: dict[str, list[float]] = {name: [] for name in names}
     order = random.Random(seed)
     started = time.perf_counter()
+    previous: str | None = None
     while True:
         order.shuffle(names)
         for name in names:
+            if pool_of is not None:
+                pool = pool_of(name)
+                settle(previous, pool, settle_seconds)
+                previous = pool
             times[name].append(_sample(calls[name], numbers[name]))
         done = len(times[names[0]]) if names else max_rounds
         if done >= max_rounds or (done >= 2 and time.perf_counter() - started > max_seconds):

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from pytapp.bench.harness import (
+    SETTLE_SECONDS,
     copy_bandwidth,
     geometric_mean,
     interleaved,
@@ -283,23 +284,27 @@ def run_networks(cases: Sequence[NetworkCase] | None = None, repeats: int = 5,
                  scale: float = 1.0, backend: str | None = None,
                  progress: Callable[[str], None] | None = None, roof: bool = True,
                  sample_seconds: float = SAMPLE_SECONDS, min_seconds: float = 0.0,
-                 threads: int | None = None) -> list[NetworkResult]:
+                 threads: int | None = None,
+                 settle_seconds: float = SETTLE_SECONDS) -> list[NetworkResult]:
     """Time every contender on every network (see the module docstring).
 
     ``repeats`` interleaved rounds per network (more until each contender ran
     ``min_seconds``), samples of ``sample_seconds``; ``roof`` measures the GEMM rates first;
-    ``threads`` for every library (default: each library's own).
+    ``threads`` for every library (default: each library's own); ``settle_seconds``: the
+    pause before a sample on another thread pool than the one before (torch's or NumPy's
+    BLAS; see :data:`pytapp.bench.harness.SETTLE_SECONDS`).
     """
     chosen = list(cases) if cases is not None else network_cases(scale)
     with thread_limits(threads):
         rates = _gemm_rates(chosen) if roof else {}
         return [_run_case(case, repeats, backend, progress, rates, sample_seconds,
-                          min_seconds) for case in chosen]
+                          min_seconds, settle_seconds) for case in chosen]
 
 
 def _run_case(case: NetworkCase, repeats: int, backend: str | None,
               progress: Callable[[str], None] | None, rates: dict[str, float],
-              sample_seconds: float, min_seconds: float) -> NetworkResult:
+              sample_seconds: float, min_seconds: float,
+              settle_seconds: float) -> NetworkResult:
     import opt_einsum
 
     if progress is not None:
@@ -327,13 +332,21 @@ def _run_case(case: NetworkCase, repeats: int, backend: str | None,
             continue
         result.errors[name] = _relative_error(fn(), want)
         calls[name] = fn
+    one_shot = cached_expression(case.equation, arrays, path, None, backend, None)
+
+    def pool_of(name: str) -> str:  # torch's own pool, or NumPy's BLAS (the peers' and ours)
+        if name == "torch.einsum":
+            return "torch"
+        used = expr if name == COMPILED else one_shot if name == ONE_SHOT else None
+        return "torch" if used is not None and "torch" in used.choices.values() else "blas"
+
     rounds = interleaved(calls, rounds=repeats, sample_seconds=sample_seconds,
-                         min_seconds=min_seconds, max_seconds=60.0)
+                         min_seconds=min_seconds, max_seconds=60.0, pool_of=pool_of,
+                         settle_seconds=settle_seconds)
     result.times = {name: min(t) for name, t in rounds.items()}
     # A time some contender reached is attainable here: the roof is never slower than it.
     if math.isfinite(result.roof_s):
         result.roof_s = min(result.roof_s, *result.times.values())
-    one_shot = cached_expression(case.equation, arrays, path, None, backend, None)
     for name, used in ((COMPILED, expr), (ONE_SHOT, one_shot)):
         ran_on = ", ".join(sorted(set(used.choices.values()))) or used.backend
         result.notes[name] = f"ran on {ran_on}"
