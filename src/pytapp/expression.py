@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -53,7 +54,7 @@ CHAIN_CACHE = 16
 #: (not tblis: timed alone, it hides what its spinning pool costs the calls after it).
 NETWORK_CANDIDATES = ("blas", "torch")
 
-#: Round-robin rounds of timed runs when an ``auto`` network is timed (the best counts).
+#: Timed runs of each candidate when an ``auto`` network is timed (the best counts).
 NETWORK_TUNE_ROUNDS = 3
 
 _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
@@ -449,11 +450,11 @@ class EinsumExpression:
     def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
         """Time the whole network on each backend and on per-step ``auto``; keep the fastest.
 
-        Each candidate runs once (planning, buffers, compiled kernels), then all are timed in
-        :data:`NETWORK_TUNE_ROUNDS` round-robin rounds without pauses; the best time of each
-        counts. The winner is used from now on for ``dt`` and kept in this machine's wisdom
-        (:mod:`pytapp.wisdom`). ``views``: operands as :meth:`Network.prepare` returns them,
-        of datatype ``dt``.
+        Each candidate runs once (planning, buffers, compiled kernels), then each is timed
+        :data:`NETWORK_TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`);
+        the best time of each counts. The winner is used from now on for ``dt`` and kept in
+        this machine's wisdom (:mod:`pytapp.wisdom`). ``views``: operands as
+        :meth:`Network.prepare` returns them, of datatype ``dt``.
 
         Returns
         -------
@@ -473,12 +474,9 @@ class EinsumExpression:
                 except TappError:  # this backend cannot run some step: not a candidate
                     del handles[name]
                     handle.unlease()
-            times = dict.fromkeys(handles, float("inf"))
-            for _ in range(NETWORK_TUNE_ROUNDS):
-                for name, handle in handles.items():
-                    start = time.perf_counter()
-                    self.network.run(views, dt, handle)
-                    times[name] = min(times[name], time.perf_counter() - start)
+            times = wisdom.time_candidates(
+                {name: functools.partial(self.network.run, views, dt, handle)
+                 for name, handle in handles.items()}, NETWORK_TUNE_ROUNDS)
         finally:
             for handle in handles.values():
                 handle.unlease()

@@ -32,7 +32,8 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 from pytapp.machine import cache_dir, fingerprint
 
 __all__ = ["MIN_RUNS", "TRIAL_AFTER", "TRIAL_SAMPLES", "TUNE_SHARE", "Budget", "Trial", "forget",
-           "lookup", "path", "record"]
+           "lookup", "path", "record", "time_candidates"]
 
 #: Share of a product's past and predicted run time that timing it may cost.
 TUNE_SHARE = 0.1
@@ -54,6 +55,37 @@ TRIAL_SAMPLES = 3
 SECTION_SIZE = 4096
 #: File format version (a file of another version is ignored).
 FORMAT = 1
+
+
+def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Return each candidate's least seconds over ``repeats`` runs, timed back to back.
+
+    The tuners' one timing rule (after the caller has run every candidate once: plans,
+    buffers, compiled kernels). A candidate's runs follow one another rather than alternate
+    with the others': a library's thread pool keeps spinning for a while after its calls
+    (OpenBLAS for about 0.1 s), so a run of another pool right after it is timed against
+    those threads (torch.einsum took 9.6 ms right after a NumPy GEMM, 5.4 ms alone), and the
+    first of each candidate's runs absorbs what the one before left. A candidate that raises
+    is left out.
+
+    Examples
+    --------
+    >>> t = time_candidates({"sum": lambda: sum(range(1000)), "bad": lambda: 1 / 0}, 3)
+    >>> sorted(t), t["sum"] > 0
+    (['sum'], True)
+    """
+    times: dict[str, float] = {}
+    for name, run in runs.items():
+        best = float("inf")
+        try:
+            for _ in range(max(repeats, 1)):
+                start = time.perf_counter()
+                run()
+                best = min(best, time.perf_counter() - start)
+        except Exception:  # cannot run these operands after all: not a candidate
+            continue
+        times[name] = best
+    return times
 
 
 @dataclass

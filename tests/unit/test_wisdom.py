@@ -228,3 +228,16 @@ def test_pricing_and_budgeted_tuning_do_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True, timeout=300)
     assert out.stdout.strip() == "False"
+
+
+def test_time_candidates_runs_each_back_to_back_and_drops_failures() -> None:
+    order: list[str] = []
+
+    def failing() -> None:
+        order.append("bad")
+        raise RuntimeError("cannot run")
+
+    times = wisdom.time_candidates({"a": lambda: order.append("a"), "bad": failing,
+                                    "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "a", "a", "bad", "b", "b", "b"]  # never alternating pools
+    assert sorted(times) == ["a", "b"] and all(0 <= t < 1 for t in times.values())

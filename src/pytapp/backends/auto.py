@@ -24,6 +24,7 @@ first execution. ``plan.explain()`` shows the candidates with predicted and meas
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -128,14 +129,12 @@ def call_overheads(names: list[str]) -> dict[str, float]:
             try:
                 plan = backends.get(name).plan(spec, None)
                 bound = Binder(spec).bind(1, x, x, 0, None, np.empty((4, 4)))
-                best = float("inf")
-                for _ in range(15):
-                    start = time.perf_counter()
-                    plan.run(bound, None)
-                    best = min(best, time.perf_counter() - start)
-                plan.release()
             except Exception:  # a backend that cannot run it is priced by its model alone
                 best = 0.0
+            else:
+                best = wisdom.time_candidates({name: functools.partial(plan.run, bound, None)},
+                                              15).get(name, 0.0)
+                plan.release()
             with _lock:
                 _overheads[name] = best
             wisdom.record("overhead", name, best)
@@ -337,9 +336,9 @@ class AutoPlan:
     def _tune(self, bound: BoundProduct, executor: Executor | None) -> None:
         """Time the candidates worth it on these operands; D ends with the last valid result.
 
-        Each candidate is warmed up (first calls compile and allocate), then timed in
-        :data:`TUNE_ROUNDS` round-robin rounds without pauses (rounds keep the order from
-        favouring one library); the best time of each counts.
+        Each candidate is warmed up (first calls compile and allocate), then timed
+        :data:`TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`); the best
+        time of each counts.
         """
         plans: dict[str, BackendPlan] = {}
         for name in self._timed:
@@ -350,18 +349,9 @@ class AutoPlan:
             except Exception:  # a candidate that cannot run these operands is not chosen
                 continue
             plans[name] = plan
-        times = dict.fromkeys(plans, float("inf"))
-        for _ in range(TUNE_ROUNDS):
-            for name, plan in plans.items():
-                if name not in times:
-                    continue
-                start = time.perf_counter()
-                try:
-                    plan.run(bound, executor)
-                except Exception:  # failed on a later run: not chosen either
-                    del times[name]
-                    continue
-                times[name] = min(times[name], time.perf_counter() - start)
+        times = wisdom.time_candidates(
+            {name: functools.partial(plan.run, bound, executor) for name, plan in plans.items()},
+            TUNE_ROUNDS)
         self.measured = dict(times)
         if times:
             self.choice = min(times, key=lambda n: times[n])
