@@ -408,7 +408,9 @@ class EinsumExpression:
         """Return the handle of this call.
 
         The named backend; for ``auto``, the backend this machine's wisdom says is fastest on
-        this network, else ``auto`` itself (each step chosen by the cost model).
+        this network, else ``auto`` itself (each step chosen by the cost model). A network of
+        one product is settled on ``auto`` at once: timing the backends on it is what that
+        product's ``auto`` plan does within its own budget (one tuner, not two).
         """
         if self.backend != "auto":
             self._settled.add(dt)
@@ -421,6 +423,8 @@ class EinsumExpression:
                 choice = None
             if choice is None:
                 choice = "auto"
+                if len(self.network.steps) <= 1:  # one product: its auto plan's own tuner
+                    self._settled.add(dt)
             else:
                 self._settled.add(dt)
             self.choices[dt] = str(choice)
