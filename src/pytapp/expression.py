@@ -69,6 +69,8 @@ _TORCH_TYPES: set[type] = set()
 def is_torch(x: Any) -> bool:
     """Whether ``x`` is a torch tensor (checked without importing torch)."""
     kind = type(x)
+    if kind is np.ndarray:
+        return False
     if kind in _TORCH_TYPES:
         return True
     if kind.__module__.startswith("torch") and hasattr(x, "requires_grad"):

@@ -54,6 +54,7 @@ from pytapp.expression import (
     to_numpy,
 )
 from pytapp.handle import default_backend_name
+from pytapp.kernels.program import layout_key as _key_of
 from pytapp.network import PathInfo, result_shape
 from pytapp.operands import torch_bits
 from pytapp.typing import ArrayLike, BackendName
@@ -166,30 +167,26 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     >>> int(einsum("i,i->", np.arange(4), np.arange(4)))  # integers: numpy.einsum, exact
     14
     """
-    if out is not None and is_torch(out):
-        _refuse_bits(out)
-    if (len(operands) > 1 and type(operands[0]) is str and is_torch(operands[1])
-            and backend in _TORCH_CALLS and _torch_datatypes(operands[1:])):
-        return _torch_calls()(operands[0], operands[1:], out=out, optimize=optimize,
-                              memory_limit=memory_limit, dtype=dtype)
     thin_key: tuple[Any, ...] | None = None
     layout_key: tuple[Any, ...] | None = None
-    if (out is None and order == "K" and casting == "safe" and operands
-            and type(operands[0]) is str
-            and all(type(x) is np.ndarray for x in operands[1:])):
-        inputs = operands[1:]
+    if out is None and order == "K" and casting == "safe" and len(operands) > 1 and \
+            type(operands[0]) is str and type(operands[1]) is np.ndarray:  # (tensors: traced)
         # an explicit path (a list) as a tuple: a reused path hits these caches too
-        opt = path_key(optimize)
-        layout_key = _layout_key(operands[0], inputs, opt, memory_limit, backend, dtype)
-        try:
-            chain = _chains.get(layout_key)
-        except TypeError:  # an unhashable optimizer: the general path, never remembered
-            chain = layout_key = None
+        opt = optimize if type(optimize) is str else path_key(optimize)
+        # None unless every operand is exactly an ndarray
+        layout_key = _key_of((operands[0], opt, memory_limit, backend, dtype), operands, 1)
+        chain = None
+        if layout_key is not None:
+            try:
+                chain = _chains.get(layout_key)
+            except TypeError:  # an unhashable optimizer: the general path, never remembered
+                layout_key = None
         if chain is not None:  # the whole network as compiled programs for these layouts
-            found = chain(*inputs)
+            found = chain(*operands[1:])
             if found is not None:
                 return found[()] if found.ndim == 0 else found
         if layout_key is not None:
+            inputs = operands[1:]
             # C-contiguous inputs: one expression for every dtype; other layouts decide the
             # result's layout (order="K"), so they are part of the key
             thin_key = (operands[0], opt, memory_limit, backend, dtype,
@@ -205,6 +202,12 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                 found = None if direct is None else direct.run(*inputs)
                 if found is not None:  # not worth a plan yet (pytapp.direct)
                     return found[()] if found.ndim == 0 else found
+    if out is not None and is_torch(out):
+        _refuse_bits(out)
+    if (len(operands) > 1 and type(operands[0]) is str and is_torch(operands[1])
+            and backend in _TORCH_CALLS and _torch_datatypes(operands[1:])):
+        return _torch_calls()(operands[0], operands[1:], out=out, optimize=optimize,
+                              memory_limit=memory_limit, dtype=dtype)
     subs, ops = _normalize(operands)
     layout, casting, want = _options(order, casting, dtype)
     if any(_is_foreign(x) for x in ops):
@@ -328,10 +331,13 @@ def _remember_direct(key: Any, direct: DirectCalls) -> DirectCalls:
 
 
 def _layout_key(subscripts: str, inputs: Sequence[np.ndarray], opt: Any, memory_limit: Any,
-                backend: Any, dtype: Any) -> tuple[Any, ...]:
-    """Return the thin path's key of a call on NumPy arrays: arguments, inputs' layouts."""
-    return (subscripts, opt, memory_limit, backend, dtype,
-            *[(x.shape, x.strides, x.dtype.num) for x in inputs])
+                backend: Any, dtype: Any) -> tuple[Any, ...] | None:
+    """Return the thin path's key of a call on NumPy arrays: arguments, inputs' layouts.
+
+    The key ``einsum`` builds for the same call (``None`` unless every input is exactly an
+    ndarray).
+    """
+    return _key_of((subscripts, opt, memory_limit, backend, dtype), tuple(inputs), 0)
 
 
 def forget_calls() -> None:

@@ -38,7 +38,7 @@ from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 
 __all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
-           "packed_gemm", "pool_map", "summed_gemm", "tiled_copy"]
+           "layout_key", "packed_gemm", "pool_map", "summed_gemm", "tiled_copy"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -52,6 +52,32 @@ if _cexec is not None:
     # follows their chains in Python.
     _cexec.set_untrusted((ctypes.Array, ctypes.Structure, ctypes.Union, ctypes._Pointer,
                           ctypes._SimpleCData))
+
+
+def _layout_key(head: tuple[Any, ...], operands: tuple[Any, ...],
+                first: int) -> tuple[Any, ...] | None:
+    layouts = []
+    for x in operands[first:]:
+        if type(x) is not np.ndarray:
+            return None
+        layouts.append((x.shape, x.strides, x.dtype.str, x.flags.aligned))
+    return (*head, tuple(layouts))
+
+
+#: ``layout_key(head, operands, first)``: the cache key of a call on NumPy arrays, ``head``
+#: (the call's other arguments) followed by the exact layouts (shape, strides, datatype,
+#: alignment) of ``operands[first:]``; ``None`` unless each of them is exactly an ndarray.
+#: The compiled extension's, else the same in Python (keys of one process come from one).
+#:
+#: >>> a = np.ones((2, 3))
+#: >>> layout_key(("ij->ji",), ("ij->ji", a), 1) == layout_key(("ij->ji",), ("ij->ji", a), 1)
+#: True
+#: >>> layout_key(("ij->ji",), ("ij->ji", a), 1) == layout_key(("ij->ji",), ("ij->ji", a.T), 1)
+#: False
+#: >>> layout_key((), ([1.0],), 0) is None
+#: True
+layout_key: Callable[[tuple[Any, ...], tuple[Any, ...], int], tuple[Any, ...] | None] = (
+    _layout_key if _cexec is None else _cexec.layout_key)
 
 
 def tiled_copy(dst: np.ndarray, src: Any) -> bool:
