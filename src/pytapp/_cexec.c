@@ -229,7 +229,8 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
             if (nl > nout) {                                                                    \
                 /* four running sums: one would wait on each addition's latency */             \
                 T acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;                                       \
-                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp jdx[MAXL]; /* only the summed labels' counters are used */             \
+                for (int l_ = nout; l_ < nl - 1; ++l_) jdx[l_] = 0;                             \
                 npy_intp q[2] = {o[0], o[1]};                                                   \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
@@ -338,7 +339,8 @@ REAL_KERNELS(f64, double)
             T accr = 0, acci = 0;                                                               \
             if (nl > nout) {                                                                    \
                 T r0 = 0, i0 = 0, r1 = 0, i1 = 0; /* two running sums of each part */           \
-                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp jdx[MAXL]; /* only the summed labels' counters are used */             \
+                for (int l_ = nout; l_ < nl - 1; ++l_) jdx[l_] = 0;                             \
                 npy_intp q[2] = {o[0], o[1]};                                                   \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
@@ -457,7 +459,8 @@ COMPLEX_KERNELS(c128, double)
         while (!done) {                                                                         \
             T accr = 0, acci = 0;                                                               \
             if (nl > nout) {                                                                    \
-                npy_intp jdx[MAXL] = {0};                                                       \
+                npy_intp jdx[MAXL]; /* only the summed labels' counters are used */             \
+                for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                                 \
                 npy_intp q[1] = {o[0]};                                                         \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
