@@ -264,19 +264,18 @@ def _gemm_shape(case: BenchCase) -> tuple[tuple[int, ...], int, int, int] | None
     return tuple(lay.h_shape), lay.m, lay.n, lay.k
 
 
-def _flat_gemms(case: BenchCase, shape: tuple[tuple[int, ...], int, int, int],
-                repeats: int) -> dict[str, float]:
-    """Time the same TAPP operation on contiguous flat operands.
+def _flat_gemms(case: BenchCase,
+                shape: tuple[tuple[int, ...], int, int, int]) -> dict[str, Callable[[], Any]]:
+    """Return the same TAPP operation on contiguous flat operands, as each library does it best.
 
-    Seconds of the same TAPP operation on contiguous flat operands, the best way each
-    library allows: NumPy's matmul into D, then its in-place epilogue; torch's addmm/baddbmm
-    with alpha and beta (the BLAS call fuses them). Low precision: torch only, natively.
+    NumPy's matmul into D, then its in-place epilogue; torch's addmm/baddbmm with alpha and
+    beta (the BLAS call fuses them). Low precision: torch only, natively.
     """
     h, m, n, k = shape
     dt = case.datatype
     rng = np.random.default_rng(0)
     low = dt.short_name in ("f16", "bf16")
-    times: dict[str, float] = {}
+    calls: dict[str, Callable[[], Any]] = {}
     batch = math.prod(h)
     x = rng.standard_normal((batch, m, k)).astype(np.float32 if low else dt.numpy_dtype)
     y = rng.standard_normal((batch, k, n)).astype(x.dtype)
@@ -291,34 +290,30 @@ def _flat_gemms(case: BenchCase, shape: tuple[tuple[int, ...], int, int, int],
             np.multiply(c, beta, out=tmp)
             np.add(out, tmp, out=out)
 
-        times["numpy matmul + epilogue"] = _best(numpy_call, repeats)
+        calls["numpy matmul + epilogue"] = numpy_call
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is an extra
-        return times
+        return calls
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}.get(dt.short_name)
     tx, ty, tc = (torch.from_numpy(v) for v in (x, y, c))
     if tdt is not None:
         tx, ty, tc = tx.to(tdt), ty.to(tdt), tc.to(tdt)
     tout = torch.empty_like(tc)
-    times["torch baddbmm"] = _best(
-        lambda: torch.baddbmm(tc, tx, ty, beta=BETA, alpha=ALPHA, out=tout), repeats)
-    return times
-
-
-def _best(fn: Callable[[], Any], repeats: int) -> float:
-    from pytapp.bench.harness import time_call
-
-    time.sleep(0.3)  # the previous library's spinning threads go idle first
-    return float(np.median(time_call(fn, warmup=1, repeats=repeats, min_seconds=0.2)))
+    calls["torch baddbmm"] = lambda: torch.baddbmm(tc, tx, ty, beta=BETA, alpha=ALPHA, out=tout)
+    return calls
 
 
 def gemm_rows(repeats: int = 5, cases: Sequence[BenchCase] | None = None) -> list[TargetRow]:
     """Compare the default backend on GEMM-shaped cases with the best flat GEMM.
 
     Return the default backend on each GEMM-shaped case against the best flat GEMM doing the same
-    TAPP operation (goal 0.95; F16/BF16 against torch's native ``baddbmm``: 0.9).
+    TAPP operation (goal 0.95; F16/BF16 against torch's native ``baddbmm``: 0.9). The
+    contenders are interleaved in ``repeats`` rounds (samples of at least 0.2 s; a pause
+    between samples on different thread pools, see
+    :data:`pytapp.bench.harness.SETTLE_SECONDS`); each keeps its least time.
     """
+    from pytapp.bench.harness import interleaved as rounds_of
     from pytapp.bench.peers import backend_contender
 
     rows: list[TargetRow] = []
@@ -326,20 +321,29 @@ def gemm_rows(repeats: int = 5, cases: Sequence[BenchCase] | None = None) -> lis
         shape = _gemm_shape(case)
         if shape is None:
             continue
-        flat = _flat_gemms(case, shape, repeats)
+        flat = _flat_gemms(case, shape)
         if not flat:
             continue
         a, b, c, d = case.arrays(seed=0)
         who = backend_contender("auto", case, a, b, c, d)
-        ours = _best(who.call, repeats)
+        calls = {"pytapp": who.call, **flat}
+
+        def pool_of(name: str, ran: Callable[[], str] = who.what_ran) -> str:
+            if name == "pytapp":
+                return "torch" if ran().startswith("auto -> torch") else "blas"
+            return "torch" if name.startswith("torch") else "blas"
+
+        times = {name: min(t) for name, t in rounds_of(
+            calls, rounds=repeats, sample_seconds=0.2, pool_of=pool_of).items()}
+        ours = times.pop("pytapp")
         error = _error(np.asarray(who.result(who.call())), _oracle(case, a, b, c))
         what = who.what_ran()
-        baseline = min(flat, key=lambda name: flat[name])
+        baseline = min(times, key=lambda name: times[name])
         h, m, n, k = shape
         low = case.dtype in ("f16", "bf16")
         rows.append(TargetRow(
             "low precision vs torch's native matmul" if low else "GEMM-shaped vs flat GEMM",
-            case.name, baseline, ours, flat[baseline], 0.9 if low else 0.95, False,
+            case.name, baseline, ours, times[baseline], 0.9 if low else 0.95, False,
             f"{case.dtype} batch {h or '-'} m={m} n={n} k={k}; {what}",
             {"pytapp": error}, 0.05 if low else 1e-3))
     return rows
