@@ -304,11 +304,13 @@ class EinsumExpression:
         return to_library(result, like)
 
     def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype) -> None:
-        """Build the compiled chain of these input layouts once the network's backend is known.
+        """Build the compiled chain of these input layouts.
 
-        Until an ``auto`` expression's choice is settled (wisdom, or tuning within its budget),
-        only networks whose every step is a compiled program get a chain: a chain's calls are
-        not counted towards tuning, and those networks have nothing left to tune.
+        A network whose every step is a compiled program has nothing left to tune: its choice
+        is settled with the chain. Until an ``auto`` expression's choice is settled otherwise
+        (wisdom, or tuning within its budget), its chain runs this expression's own calls,
+        timed and counted towards tuning, and :meth:`chain_for` withholds it from callers that
+        would not count them; tuning drops it (its plans are the old choice's).
         """
         key = tuple((a.dtype, a.strides) for a in arrays)
         if key in self._chains or self._trial is not None:  # a chain runs one layout
@@ -319,19 +321,25 @@ class EinsumExpression:
             return
         try:
             chain = self.network.compiled_chain(arrays, dt, handle, programs_only=not settled)
+            if chain is not None:
+                self._settled.add(dt)  # settled already, or all compiled: nothing to tune
+            elif not settled:
+                chain = self.network.compiled_chain(arrays, dt, handle)
         finally:
             handle.unlease()
-        if chain is None and not settled:
-            return  # tried again once the choice is settled
         if len(self._chains) >= CHAIN_CACHE:
             self._chains.clear()
-        self._chains[key] = chain or False
+        self._chains[key] = (chain, dt) if chain is not None else False
 
     def chain_for(self, arrays: Sequence[Any]) -> Any:
-        """Return the network compiled for these arrays' layouts, once a call built it."""
+        """Return the network compiled for these arrays' layouts, once a call built it.
+
+        ``None`` too while the expression's choice is not settled (its calls are counted).
+        """
         if not all(type(a) is np.ndarray for a in arrays):
             return None
-        return self._chains.get(tuple((a.dtype, a.strides) for a in arrays)) or None
+        entry = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
+        return entry[0] if entry and entry[1] in self._settled else None
 
     def _fast_numpy(self, arrays: Sequence[np.ndarray]) -> Any:
         """Return the thin path of a repeated call on NumPy arrays of the compiled shapes.
@@ -343,9 +351,16 @@ class EinsumExpression:
         net = self.network
         if tuple(a.shape for a in arrays) != net.shapes:
             return None
-        chain = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
-        if chain:
-            found = chain(*arrays)
+        entry = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
+        if entry:
+            chain, dt = entry
+            if dt in self._settled:
+                found = chain(*arrays)
+            else:  # timed and counted towards tuning
+                start = time.perf_counter()
+                found = chain(*arrays)
+                if found is not None:
+                    self._count_and_settle(arrays, dt, time.perf_counter() - start)
             if found is not None:
                 return found[()] if found.ndim == 0 else found
         key = tuple(a.dtype for a in arrays)
@@ -367,10 +382,17 @@ class EinsumExpression:
         finally:
             handle.unlease()
         if dt not in self._settled:
-            self._count(views, dt, seconds)
-        if trying and self._trial is None:  # just chosen: compile the winner for these layouts
+            self._count_and_settle(arrays, dt, seconds)
+        elif trying and self._trial is None:  # just chosen: compile the winner's layouts
             self._remember_chain(arrays, dt)
         return result[()] if result.ndim == 0 else result
+
+    def _count_and_settle(self, arrays: Sequence[np.ndarray], dt: Datatype,
+                          seconds: float) -> None:
+        """Count an unsettled call; once that settles the choice, compile it for these layouts."""
+        self._count(self.network.prepare(arrays), dt, seconds)
+        if dt in self._settled:
+            self._remember_chain(arrays, dt)
 
     def _layout(self, dt: Datatype) -> tuple[Network, int]:
         """Return the network this call runs and its candidate number (-1: no trial).
@@ -489,6 +511,7 @@ class EinsumExpression:
         choice = min(times, key=lambda n: times[n]) if times else "auto"
         self.choices[dt] = choice
         self._settled.add(dt)
+        self._chains.clear()  # built on the old choice's plans
         for key, (kind, _) in list(self._fast_dtypes.items()):
             if kind is dt:
                 self._fast_dtypes[key] = (dt, shared_handle(choice))

@@ -921,3 +921,41 @@ def test_threads_share_one_expression(n: int) -> None:
             assert np.array_equal(got, want)
 
     _in_threads(work)
+
+
+def test_an_unsettled_auto_expression_runs_its_chain_and_counts_the_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before auto's choice of a network is settled, its compiled chain runs the expression's
+    own calls (timed, counted towards tuning) but is not handed to callers that would not
+    count them; tuning settles the choice and compiles the winner."""
+    from pytapp import backends, wisdom
+
+    monkeypatch.setenv("PYTAPP_WISDOM", "off")
+    wisdom.forget()
+    # never affordable: torch's import counted, as in a process that has not imported it
+    monkeypatch.setattr(backends, "import_seconds", lambda name: 1e9)
+    eq = "kbcd,kd,ce->be"  # kbcd,kd->bc: GEMVs summed over k (the Python plan's route)
+    shapes = [(8, 32, 32, 32), (8, 32), (32, 5)]
+    expr = pytapp.einsum_expression(eq, *shapes)
+    rng = np.random.default_rng(4)
+    ops = [rng.integers(-3, 4, s).astype(np.float64) for s in shapes]
+    want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
+    for _ in range(3):
+        assert np.array_equal(expr(*ops), want)
+    dt = pytapp.Datatype.F64
+    assert dt not in expr._settled
+    entry = expr._chains.get(tuple((a.dtype, a.strides) for a in ops))
+    assert entry, "the unsettled expression has its chain"
+    assert expr.chain_for(ops) is None  # not published while its calls must be counted
+    runs = expr._budgets[dt].runs
+    for _ in range(5):
+        assert np.array_equal(expr(*ops), want)
+    assert expr._budgets[dt].runs == runs + 5  # the chain's calls were counted
+    monkeypatch.setattr(backends, "import_seconds", lambda name: 0.0)
+    for _ in range(wisdom.MIN_RUNS * 3):
+        assert np.array_equal(expr(*ops), want)
+        if dt in expr._settled:
+            break
+    assert dt in expr._settled  # tuned within its budget
+    assert np.array_equal(expr(*ops), want)
+    assert expr.chain_for(ops) is not None  # the winner's chain, published
