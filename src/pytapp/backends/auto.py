@@ -210,24 +210,26 @@ def model_choice(spec: ContractionSpec, capable: list[str],
                  machine: Machine | None = None) -> str:
     """Return the cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
-    F16 accumulation (every partial sum rounded) runs on the reference loop; a product blas
-    runs as one compiled kernel pass or as GEMMs on views stays on blas (nothing is copied);
-    F16/BF16 inputs go where the prediction is smaller: torch's native low-precision GEMM (fast
-    on CPUs with AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the
-    inputs; otherwise the smaller prediction of blas and torch wins (never tblis: its idle
+    F16 accumulation (every partial sum rounded) runs on the reference loop; F16/BF16 inputs
+    go where the prediction is smaller: torch's native low-precision GEMM (fast on CPUs with
+    AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the inputs
+    (whatever blas's route, the conversion is a copy); a product blas runs as one compiled
+    kernel pass or as GEMMs on views stays on blas (nothing is copied); otherwise the smaller
+    prediction of blas and torch wins (never tblis: its idle
     threads slow the OpenBLAS calls around it; see the module's notes).
     """
     if spec.rule.real is Datatype.F16 and "reference" in capable:
         return "reference"
     machine = machine or machine_constants()
     p = profile or PlanProfile()
-    if p.route is not None and "blas" in capable:
-        return "blas"
     if spec.a.datatype in _LOW and spec.b.datatype in _LOW and "torch" in capable:
+        # blas converts F16/BF16 operands to F32 whatever its route: no route is copy-free
         if "blas" not in capable:
             return "torch"
         ranked = predictions(spec, ["blas", "torch"], p, machine)
         return min(ranked, key=lambda name: ranked[name])
+    if p.route is not None and "blas" in capable:
+        return "blas"
     ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine)
     if "blas" in ranked and "torch" in ranked:
         # The model sees GEMM rates, not torch's conversions and extra passes around them:

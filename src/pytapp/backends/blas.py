@@ -977,11 +977,15 @@ class BlasPlan(Stateless):
             np.add(d_t, r, out=d_t)
             return
         if c_t is not None:
-            c_val, _ = self._prepare(c_t, spec.c, (), tuple(range(c_t.ndim)), threads)
+            c_val, copied = self._prepare(c_t, spec.c, (), tuple(range(c_t.ndim)), threads)
             beta = np.asarray(bound.beta).astype(self.compute)[()]
-            total = np.multiply(c_val, beta, dtype=self.compute)
-            total += r
-            r = total
+            if copied and c_val.shape == r.shape:  # our converted copy: scaled in place
+                np.multiply(c_val, beta, out=c_val)
+                np.add(r, c_val, out=r)
+            else:
+                total = np.multiply(c_val, beta, dtype=self.compute)
+                total += r
+                r = total
         if conj_d:
             r = np.conjugate(r)
         if np.iscomplexobj(r) and not spec.d.datatype.is_complex:

@@ -26,7 +26,7 @@ import numpy as np
 
 from pytapp.kernels.pool import cores as default_threads
 from pytapp.kernels.pool import executor as _executor
-from pytapp.kernels.program import pool_map, summed_gemm, tiled_copy
+from pytapp.kernels.program import half_copy, pool_map, summed_gemm, tiled_copy
 
 __all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmul",
            "parallel_multiply"]
@@ -81,7 +81,10 @@ def parallel_map(out: np.ndarray, inputs: tuple[np.ndarray, ...], threads: int |
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    if not tiled_copy(dst, src):  # a permutation goes through cache tiles
+    if dst.dtype != src.dtype:
+        if not half_copy(dst, src):  # float16 <-> float32 with F16C
+            np.copyto(dst, src, casting="unsafe")
+    elif not tiled_copy(dst, src):  # a permutation goes through cache tiles
         np.copyto(dst, src, casting="unsafe")
 
 
