@@ -471,6 +471,8 @@ class EinsumExpression:
         # every candidate: one warm-up and the timed rounds, at about this network's pace
         cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)
                 * (1 + len(NETWORK_CANDIDATES)))
+        pools = {n: backends.pool_of(n) for n in ("auto", *NETWORK_CANDIDATES)}
+        cost += wisdom.pause_seconds(pools, backends.pool_of(self.choices.get(dt, "auto")))
         if budget.allows(cost) and budget.allows(
                 cost + sum(backends.import_seconds(n) for n in NETWORK_CANDIDATES)):
             self.tune(views, dt)
@@ -479,10 +481,11 @@ class EinsumExpression:
         """Time the whole network on each backend and on per-step ``auto``; keep the fastest.
 
         Each candidate runs once (planning, buffers, compiled kernels), then each is timed
-        :data:`NETWORK_TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`);
-        the best time of each counts. The winner is used from now on for ``dt`` and kept in
-        this machine's wisdom (:mod:`pytapp.wisdom`). ``views``: operands as
-        :meth:`Network.prepare` returns them, of datatype ``dt``.
+        :data:`NETWORK_TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`:
+        a pause before the candidates of another thread pool); the best time of each counts.
+        The winner is used from now on for ``dt`` and kept in this machine's wisdom
+        (:mod:`pytapp.wisdom`). ``views``: operands as :meth:`Network.prepare` returns them,
+        of datatype ``dt``.
 
         Returns
         -------
@@ -504,7 +507,9 @@ class EinsumExpression:
                     handle.unlease()
             times = wisdom.time_candidates(
                 {name: functools.partial(self.network.run, views, dt, handle)
-                 for name, handle in handles.items()}, NETWORK_TUNE_ROUNDS)
+                 for name, handle in handles.items()}, NETWORK_TUNE_ROUNDS,
+                pools={name: backends.pool_of(name) for name in handles},
+                after=backends.pool_of(self.choices.get(dt, "auto")))
         finally:
             for handle in handles.values():
                 handle.unlease()

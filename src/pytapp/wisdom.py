@@ -40,8 +40,9 @@ from typing import Any
 
 from pytapp.machine import cache_dir, fingerprint
 
-__all__ = ["MIN_RUNS", "TRIAL_AFTER", "TRIAL_SAMPLES", "TUNE_SHARE", "Budget", "Trial", "forget",
-           "lookup", "path", "record", "time_candidates"]
+__all__ = ["MIN_RUNS", "POOL_SETTLE_SECONDS", "TRIAL_AFTER", "TRIAL_MARGIN", "TRIAL_SAMPLES",
+           "TUNE_SHARE", "Budget", "Trial", "forget", "lookup", "path", "pause_seconds",
+           "record", "time_candidates"]
 
 #: Share of a product's past and predicted run time that timing it may cost.
 TUNE_SHARE = 0.1
@@ -51,22 +52,52 @@ MIN_RUNS = 50
 TRIAL_AFTER = 2
 #: Timed calls of each candidate in a :class:`Trial` (after one untimed call that plans it).
 TRIAL_SAMPLES = 3
+#: A :class:`Trial` candidate whose least timed call is this many times the leader's is dropped
+#: at once: run-to-run noise of one product's calls is a few percent, so more calls would not
+#: change the verdict, and each one would cost what the slower layout loses (a transposed
+#: 144x2304x2304 GEMM took 1.35-1.6x the other on one machine: three more slow calls each
+#: loop cost 4% of a coupled-cluster iteration).
+TRIAL_MARGIN = 1.15
 #: Most entries kept per section (the oldest are dropped first).
 SECTION_SIZE = 4096
 #: File format version (a file of another version is ignored).
 FORMAT = 1
 
 
-def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+#: Seconds the tuners wait before timing candidates on another thread pool than the calls
+#: before them: OpenBLAS's idle workers spin for about 0.1 s after each call, and a torch
+#: network timed right after NumPy's GEMMs took 1.5-1.9x its time alone (a tensor-train
+#: product: 18.5 ms against 9.2), so the tuner kept OpenBLAS where torch was 24% faster.
+POOL_SETTLE_SECONDS = 0.15
+
+
+def pause_seconds(pools: Mapping[str, str], after: str | None) -> float:
+    """Seconds :func:`time_candidates` pauses for these candidates' ``pools``.
+
+    One :data:`POOL_SETTLE_SECONDS` before each pool other than ``after`` (the pool of the
+    calls just before); the tuners' budgets count it.
+
+    Examples
+    --------
+    >>> pause_seconds({"blas": "blas", "auto": "blas", "torch": "torch"}, "blas")
+    0.15
+    """
+    return POOL_SETTLE_SECONDS * len(set(pools.values()) - {after})
+
+
+def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int,
+                    pools: Mapping[str, str] | None = None,
+                    after: str | None = None) -> dict[str, float]:
     """Return each candidate's least seconds over ``repeats`` runs, timed back to back.
 
     The tuners' one timing rule (after the caller has run every candidate once: plans,
     buffers, compiled kernels). A candidate's runs follow one another rather than alternate
     with the others': a library's thread pool keeps spinning for a while after its calls
     (OpenBLAS for about 0.1 s), so a run of another pool right after it is timed against
-    those threads (torch.einsum took 9.6 ms right after a NumPy GEMM, 5.4 ms alone), and the
-    first of each candidate's runs absorbs what the one before left. A candidate that raises
-    is left out.
+    those threads. ``pools`` names each candidate's thread pool and ``after`` the pool of the
+    calls just before: the candidates of ``after`` run first, then each other pool's after a
+    pause of :data:`POOL_SETTLE_SECONDS` (:func:`pause_seconds` in all). A candidate that
+    raises is left out.
 
     Examples
     --------
@@ -74,8 +105,16 @@ def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int) -> d
     >>> sorted(t), t["sum"] > 0
     (['sum'], True)
     """
+    order = list(runs)
+    if pools is not None:  # the current pool's first, then the others grouped by pool
+        order.sort(key=lambda n: (pools.get(n, "") != after, pools.get(n, "")))
+    previous = after
     times: dict[str, float] = {}
-    for name, run in runs.items():
+    for name in order:
+        if pools is not None and pools.get(name, "") != previous:
+            previous = pools.get(name, "")
+            time.sleep(POOL_SETTLE_SECONDS)
+        run = runs[name]
         best = float("inf")
         try:
             for _ in range(max(repeats, 1)):
@@ -116,8 +155,10 @@ class Trial:
     tells apart (a GEMM and its transpose), the calls the program makes are spread over
     them, after :data:`TRIAL_AFTER` calls of the model's choice (candidate 0). Each
     candidate's first call plans it and is not timed; after :data:`TRIAL_SAMPLES` timed calls
-    of each, the one with the least time wins. What it can cost is what the slower candidate
-    loses on its few calls.
+    of each, the one with the least time wins. A candidate whose least timed call is more
+    than :data:`TRIAL_MARGIN` times the leader's is dropped as soon as each one has a timed
+    call (the last one left wins). What it can cost is what the slower candidate loses on its
+    few calls.
 
     Examples
     --------
@@ -128,7 +169,7 @@ class Trial:
     ...     picks.append(k)
     ...     _ = t.add(k, 2e-3 if k == 0 else 1e-3)
     >>> picks, t.winner
-    ([0, 0, 1, 0, 1, 0, 1, 0, 1], 1)
+    ([0, 0, 1, 0, 1], 1)
     """
 
     def __init__(self, count: int) -> None:
@@ -137,6 +178,8 @@ class Trial:
         self.seen = [0] * count
         self.timed = [0] * count
         self.best = [float("inf")] * count
+        #: Candidates still in the trial (dropped: clearly slower than the leader).
+        self.alive = list(range(count))
         #: The fastest candidate, once every one has been timed (``None`` until then).
         self.winner: int | None = None
         self._lock = threading.Lock()
@@ -147,7 +190,8 @@ class Trial:
             return self.winner
         if self.calls < TRIAL_AFTER:
             return 0
-        return (self.calls - TRIAL_AFTER + 1) % self.count
+        alive = self.alive
+        return alive[(self.calls - TRIAL_AFTER + 1) % len(alive)]
 
     def add(self, which: int, seconds: float) -> int | None:
         """Count a call of candidate ``which`` that took ``seconds``; return the winner if known."""
@@ -159,8 +203,12 @@ class Trial:
             if self.seen[which] > 1 and self.calls > TRIAL_AFTER:  # not the call that planned it
                 self.best[which] = min(self.best[which], seconds)
                 self.timed[which] += 1
-            if min(self.timed) >= TRIAL_SAMPLES:
-                self.winner = min(range(self.count), key=lambda k: self.best[k])
+            alive, best = self.alive, self.best
+            if all(self.timed[k] for k in alive):
+                lead = min(best[k] for k in alive)
+                alive[:] = [k for k in alive if best[k] <= TRIAL_MARGIN * lead]
+            if len(alive) == 1 or min(self.timed[k] for k in alive) >= TRIAL_SAMPLES:
+                self.winner = min(alive, key=lambda k: best[k])
             return self.winner
 
 

@@ -240,3 +240,53 @@ def test_torch_gemm_with_beta_fused(prec: pytapp.Prectype, c_is_d: bool) -> None
 
     want = 0.75 * np.einsum("bik,bkj->bij", rounded(a), rounded(b)) - 0.5 * rounded(c)
     np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(("torch_rate", "want"), [(1.5e11, "blas"), (8e11, "torch")])
+def test_auto_takes_another_pool_only_when_far_faster(torch_rate: float, want: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TTGT product goes to torch's pool only when predicted OTHER_POOL_MARGIN times faster
+    than on blas: a workload's other products run on OpenBLAS, whose idle threads and torch's
+    slow each other."""
+    if not backends.available()["torch"][0]:
+        pytest.skip("torch not installed")
+    import torch  # noqa: F401  (imported: its import cost is not what decides here)
+
+    from pytapp.backends import auto
+    from pytapp.machine import Machine
+
+    assert 1.5 < auto.OTHER_POOL_MARGIN < 4
+    rates = {"numpy": {"f64": 1e11}, "torch": {"f64": torch_rate}}
+    # copies at 1e11 B/s: the GEMM rates decide (1.3 ms of GEMM on blas)
+    monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e11, rates, rates))
+    monkeypatch.setenv("PYTAPP_WISDOM", "off")
+    pytapp.wisdom.forget()
+    shapes = {"ijab": (16, 32, 16, 32), "kjcb": (16, 32, 16, 32), "ikac": (16, 16, 16, 16)}
+    infos = {k: TensorInfo(Datatype.F64, s) for k, s in shapes.items()}
+    plan = TensorProduct(Handle("auto"), infos["ijab"], "ijab", infos["kjcb"], "kjcb", None,
+                         None, infos["ikac"], "ikac")
+    assert plan.algorithm.startswith(f"auto -> {want}"), plan.algorithm
+    rng = np.random.default_rng(5)
+    a, b = (rng.integers(-3, 4, shapes[k]).astype(np.float64) for k in ("ijab", "kjcb"))
+    d = np.empty(shapes["ikac"])
+    plan.execute(1.0, a, b, 0.0, None, d)
+    assert np.array_equal(d, np.einsum("ijab,kjcb->ikac", a, b))
+
+
+@pytest.mark.parametrize(("torch_ms", "want"), [(0.6, "blas"), (0.4, "torch")])
+def test_tuning_keeps_the_pool_unless_another_is_far_faster(torch_ms: float, want: str) -> None:
+    from pytapp.backends import auto
+    from pytapp.backends.base import thread_pool
+
+    class Other:
+        pool = "torch"
+
+    plan = auto.AutoPlan.__new__(auto.AutoPlan)
+    plan.candidates = {"blas": backends.get("blas"), "torch": Other()}  # type: ignore[dict-item]
+    plan.choice = "blas"
+    assert thread_pool(plan.candidates["torch"]) == "torch"
+    times = {"blas": 1e-3, "torch": torch_ms * 1e-3}  # margin 2: 0.5 ms is the bound
+    assert plan._measured_choice(times) == want
+    plan.choice = "torch"  # from torch's pool, blas must be as far faster to take it back
+    assert plan._measured_choice({"blas": 0.8e-3, "torch": 1e-3}) == "torch"
+    assert plan._measured_choice({"blas": 0.3e-3, "torch": 1e-3}) == "blas"

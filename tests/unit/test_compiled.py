@@ -952,6 +952,7 @@ def test_an_unsettled_auto_expression_runs_its_chain_and_counts_the_calls(
         assert np.array_equal(expr(*ops), want)
     assert expr._budgets[dt].runs == runs + 5  # the chain's calls were counted
     monkeypatch.setattr(backends, "import_seconds", lambda name: 0.0)
+    monkeypatch.setattr(wisdom, "POOL_SETTLE_SECONDS", 0.0)  # nor the pause before torch's
     for _ in range(wisdom.MIN_RUNS * 3):
         assert np.array_equal(expr(*ops), want)
         if dt in expr._settled:

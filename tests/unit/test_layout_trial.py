@@ -47,36 +47,60 @@ def _run_trial(trial: wisdom.Trial, seconds: dict[int, float]) -> list[int]:
 
 
 def test_trial_alternates_after_the_model_choice_and_keeps_the_least() -> None:
-    picks = _run_trial(wisdom.Trial(2), {0: 1e-3, 1: 3e-3})
+    close = 1.05  # within TRIAL_MARGIN: every candidate gets all its timed calls
+    assert close < wisdom.TRIAL_MARGIN
+    picks = _run_trial(wisdom.Trial(2), {0: 1e-3, 1: close * 1e-3})
     after = wisdom.TRIAL_AFTER
     assert picks[:after] == [0] * after  # the model's choice first, no other plan yet
     assert picks[after] == 1  # then the other, whose first call plans it
-    assert picks.count(1) == wisdom.TRIAL_SAMPLES + 1
+    assert picks[after:] == [1, 0] * wisdom.TRIAL_SAMPLES + [1]
     trial = wisdom.Trial(2)
-    _run_trial(trial, {0: 1e-3, 1: 3e-3})
+    _run_trial(trial, {0: 1e-3, 1: close * 1e-3})
     assert trial.winner == 0
     trial = wisdom.Trial(2)
-    _run_trial(trial, {0: 3e-3, 1: 1e-3})
+    _run_trial(trial, {0: close * 1e-3, 1: 1e-3})
     assert trial.winner == 1
     assert trial.pick() == 1 and trial.add(0, 0.0) == 1  # decided: nothing changes it
 
 
+@pytest.mark.parametrize("slow", [0, 1])
+def test_trial_drops_a_clearly_slower_candidate_on_its_first_timed_call(slow: int) -> None:
+    seconds = {slow: 1.4e-3, 1 - slow: 1e-3}  # the 1.35-1.6x a transposed GEMM measured
+    trial = wisdom.Trial(2)
+    picks = _run_trial(trial, seconds)
+    assert trial.winner == 1 - slow
+    after = wisdom.TRIAL_AFTER
+    # the other's planning call, then one timed call of each: no more slow calls
+    assert picks == [0] * after + [1, 0, 1]
+    assert trial.best == [seconds[0], seconds[1]]
+
+
 def test_trial_ignores_the_calls_that_plan() -> None:
     trial = wisdom.Trial(2)
-    # candidate 1's first call plans it, slowly; then each alternates
-    times = iter([1e-3, 1e-3, 9.0] + [2e-3, 5e-4] * wisdom.TRIAL_SAMPLES)
+    # candidate 1's first call plans it, slowly; then each alternates, 1 just inside the margin
+    near = 0.95 * wisdom.TRIAL_MARGIN * 5e-4
+    times = iter([1e-3, 1e-3, 9.0] + [5e-4, near] * wisdom.TRIAL_SAMPLES)
     while trial.winner is None:
         trial.add(trial.pick(), next(times))
-    assert trial.winner == 1
-    assert trial.best == [2e-3, 5e-4]
+    assert trial.winner == 0
+    assert trial.best == [5e-4, near]
     assert next(times, None) is None  # decided on the last timed call
 
 
 def test_trial_of_three_candidates() -> None:
     trial = wisdom.Trial(3)
-    picks = _run_trial(trial, {0: 2e-3, 1: 3e-3, 2: 1e-3})
+    picks = _run_trial(trial, {0: 1.1e-3, 1: 1.05e-3, 2: 1e-3})
     assert trial.winner == 2
     assert {picks.count(k) for k in (1, 2)} == {wisdom.TRIAL_SAMPLES + 1}
+
+
+def test_trial_of_three_drops_the_slow_one_and_goes_on_with_the_rest() -> None:
+    trial = wisdom.Trial(3)
+    picks = _run_trial(trial, {0: 1.05e-3, 1: 5e-3, 2: 1e-3})
+    assert trial.winner == 2
+    assert trial.alive == [0, 2]
+    assert picks.count(1) == 2  # its planning call and one timed call
+    assert picks.count(2) == wisdom.TRIAL_SAMPLES + 1
 
 
 def _labels_of(result: np.ndarray) -> tuple[int, ...]:

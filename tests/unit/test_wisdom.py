@@ -241,3 +241,45 @@ def test_time_candidates_runs_each_back_to_back_and_drops_failures() -> None:
                                     "b": lambda: order.append("b")}, 3)
     assert order == ["a", "a", "a", "bad", "b", "b", "b"]  # never alternating pools
     assert sorted(times) == ["a", "b"] and all(0 <= t < 1 for t in times.values())
+
+
+def test_time_candidates_pauses_before_another_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool's idle threads spin after its calls: its candidates run first, the others after
+    a pause each, grouped by pool."""
+    events: list[str] = []
+    monkeypatch.setattr(wisdom.time, "sleep", lambda s: events.append(f"pause {s}"))
+    runs = {name: (lambda name=name: events.append(name)) for name in ("t", "a", "b", "c")}
+    pools = {"t": "torch", "a": "blas", "b": "blas", "c": "tblis"}
+    times = wisdom.time_candidates(runs, 2, pools=pools, after="blas")
+    pause = f"pause {wisdom.POOL_SETTLE_SECONDS}"
+    assert events == ["a", "a", "b", "b", pause, "c", "c", pause, "t", "t"]
+    assert sorted(times) == ["a", "b", "c", "t"]
+    assert wisdom.pause_seconds(pools, "blas") == 2 * wisdom.POOL_SETTLE_SECONDS
+    events.clear()
+    wisdom.time_candidates(runs, 1, pools=pools, after=None)  # unknown: a pause before each
+    assert events.count(pause) == 3 == wisdom.pause_seconds(pools, None) / float(pause[6:])
+    events.clear()
+    wisdom.time_candidates({"a": runs["a"], "b": runs["b"]}, 1, pools=pools, after="blas")
+    assert events == ["a", "b"]  # one pool, the caller's: no pause
+    assert wisdom.pause_seconds({"a": "blas"}, "blas") == 0.0
+
+
+class _OtherPool(_Unloaded):
+    """An imported candidate on a thread pool of its own."""
+
+    pool = "torch"
+
+
+def test_product_tuning_counts_the_pause_before_another_pool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTAPP_AUTOTUNE", raising=False)
+    plan = _auto_plan(0.0)
+    plan.candidates["torch"] = _OtherPool(0.0)  # type: ignore[assignment]
+    # timing costs 8 runs of 1 ms (4 each) and torch's planning, 9 ms, plus the pause
+    plan.budget.runs, plan.budget.seconds = 100, 0.1  # 1 ms a run, 20 ms to spend
+    monkeypatch.setattr(wisdom, "POOL_SETTLE_SECONDS", 0.0)
+    assert plan._should_tune(None)
+    monkeypatch.setattr(wisdom, "POOL_SETTLE_SECONDS", 0.05)
+    assert not plan._should_tune(None)
+    plan.budget.runs, plan.budget.seconds = 300, 0.3  # 60 ms to spend: pays the pause too
+    assert plan._should_tune(None)

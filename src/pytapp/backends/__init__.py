@@ -13,7 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import Any, cast
 
-from pytapp.backends.base import Backend, BackendPlan, Capabilities, setup_seconds
+from pytapp.backends.base import (
+    Backend,
+    BackendPlan,
+    Capabilities,
+    setup_seconds,
+    thread_pool,
+)
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.precision import Prectype
@@ -28,6 +34,7 @@ __all__ = [
     "import_seconds",
     "matrix_markdown",
     "names",
+    "pool_of",
     "register",
 ]
 
@@ -156,3 +163,17 @@ def import_seconds(name: str) -> float:
         return setup_seconds(get(name))
     except TappError:
         return 0.0
+
+
+def pool_of(name: str) -> str:
+    """Name the thread pool backend ``name`` runs on (:func:`~pytapp.backends.base.thread_pool`).
+
+    Examples
+    --------
+    >>> pool_of("blas")
+    'blas'
+    """
+    try:
+        return thread_pool(get(name))
+    except TappError:
+        return thread_pool(None)

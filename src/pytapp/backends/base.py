@@ -25,8 +25,9 @@ from pytapp.operands import BoundProduct
 from pytapp.precision import Prectype
 from pytapp.status import Status
 
-__all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "IMPORT_SECONDS", "Backend", "BackendPlan",
-           "Capabilities", "OptionalModule", "Stateless", "setup_seconds", "thread_setting"]
+__all__ = ["ALL_DATATYPES", "ALL_PRECTYPES", "BLAS_POOL", "IMPORT_SECONDS", "Backend",
+           "BackendPlan", "Capabilities", "OptionalModule", "Stateless", "setup_seconds",
+           "thread_pool", "thread_setting"]
 
 #: Seconds importing a backend's library is assumed to cost until it is imported (torch took
 #: 1.7 s on a 2-core EPYC, pytblis 0.1 s): what planning it the first time adds.
@@ -135,6 +136,26 @@ class Backend(Protocol):
     def release(self) -> None:
         """Free what the backend holds for its handle (library handles); idempotent."""
         ...
+
+
+#: The thread pool of a backend that names none: NumPy's BLAS (OpenBLAS), which blas's GEMMs
+#: and pytapp's own parallel work run on.
+BLAS_POOL = "blas"
+
+
+def thread_pool(backend: object) -> str:
+    """Name the thread pool ``backend``'s calls run on (a ``pool`` attribute, else NumPy's BLAS).
+
+    The tuners time candidates of one pool together and pause before another's
+    (:func:`pytapp.wisdom.time_candidates`): a pool's idle threads keep spinning after its
+    calls and slow the next pool's.
+
+    Examples
+    --------
+    >>> thread_pool(object())
+    'blas'
+    """
+    return str(getattr(backend, "pool", BLAS_POOL))
 
 
 def setup_seconds(backend: object) -> float:

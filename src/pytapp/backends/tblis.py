@@ -227,6 +227,8 @@ class TblisBackend(Stateless):
     """TBLIS via pytblis: F32/F64/C32/C64, one datatype per product, no broadcast."""
 
     name = "tblis"
+    #: TBLIS's own threads
+    pool = "tblis"
     # TBLIS kernels: one datatype per product, no F16/BF16, no broadcast labels.
     capabilities = Capabilities(
         datatypes=frozenset({Datatype.F32, Datatype.F64, Datatype.C32, Datatype.C64}),

@@ -240,6 +240,8 @@ class TorchBackend(Stateless):
     """torch.einsum on CPU; native BF16/F16 matmul for the low-precision precisions."""
 
     name = "torch"
+    #: torch's own intra-op threads (OpenMP), not NumPy's BLAS pool
+    pool = "torch"
     # torch.matmul (MKL) for GEMM shapes, torch.einsum otherwise; native BF16/F16 matmul when
     # it is the final rounding; no F16 accumulation.
     capabilities = Capabilities(
