@@ -39,11 +39,12 @@ from pytapp.datatypes import (
 )
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle
+from pytapp.machine import constants as machine_constants
 from pytapp.network import Network, PathInfo
 from pytapp.operands import to_ndarray, torch_bits
 
-__all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call", "path_key",
-           "result_datatype", "to_library", "to_numpy"]
+__all__ = ["EinsumExpression", "cached_expression", "is_torch", "machine_layout",
+           "normalize_call", "path_key", "result_datatype", "to_library", "to_numpy"]
 
 #: Most expressions :func:`cached_expression` keeps.
 EXPRESSION_CACHE_SIZE = 128
@@ -56,6 +57,13 @@ NETWORK_CANDIDATES = ("blas", "torch")
 
 #: Timed runs of each candidate when an ``auto`` network is timed (the best counts).
 NETWORK_TUNE_ROUNDS = 3
+
+#: An ``auto`` network below this many flops whose every step is a compiled program is
+#: settled on it at once: the executor's microsecond call is what such a network costs, and
+#: another library's dispatch (tens of microseconds a step) cannot win. Above, the library's
+#: GEMM decides and the network is timed within its budget like any other: a two-GEMM CCSD
+#: term of 4.8e8 flops ran in 4.5 ms compiled on OpenBLAS and 3.7 ms on torch's MKL (Xeon).
+COMPILED_SETTLES_BELOW = 1 << 26
 
 _cache: OrderedDict[Hashable, EinsumExpression] = OrderedDict()
 _cache_lock = threading.Lock()
@@ -221,7 +229,11 @@ class EinsumExpression:
         flipped = (self.network.flipped() if self.backend == "auto" and not self._never_time
                    else None)
         if flipped is not None:
-            self._layouts, self._trial = (self.network, flipped), wisdom.Trial(2)
+            known = machine_layout(self.network, flipped)
+            if known is not None:
+                self.network = known
+            else:
+                self._layouts, self._trial = (self.network, flipped), wisdom.Trial(2)
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -306,11 +318,12 @@ class EinsumExpression:
     def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype) -> None:
         """Build the compiled chain of these input layouts.
 
-        A network whose every step is a compiled program has nothing left to tune: its choice
-        is settled with the chain. Until an ``auto`` expression's choice is settled otherwise
-        (wisdom, or tuning within its budget), its chain runs this expression's own calls,
-        timed and counted towards tuning, and :meth:`chain_for` withholds it from callers that
-        would not count them; tuning drops it (its plans are the old choice's).
+        A network of fewer than :data:`COMPILED_SETTLES_BELOW` flops whose every step is a
+        compiled program has nothing left to tune: its choice is settled with the chain. Until
+        an ``auto`` expression's choice is settled otherwise (wisdom, or tuning within its
+        budget), its chain runs this expression's own calls, timed and counted towards tuning,
+        and :meth:`chain_for` withholds it from callers that would not count them; tuning drops
+        it (its plans are the old choice's).
         """
         key = tuple((a.dtype, a.strides) for a in arrays)
         if key in self._chains or self._trial is not None:  # a chain runs one layout
@@ -320,10 +333,12 @@ class EinsumExpression:
         if not handle.lease():
             return
         try:
-            chain = self.network.compiled_chain(arrays, dt, handle, programs_only=not settled)
-            if chain is not None:
-                self._settled.add(dt)  # settled already, or all compiled: nothing to tune
-            elif not settled:
+            chain = None
+            if not settled and self.network.flops < COMPILED_SETTLES_BELOW:
+                chain = self.network.compiled_chain(arrays, dt, handle, programs_only=True)
+                if chain is not None:  # all compiled and small: nothing worth tuning
+                    self._settled.add(dt)
+            if chain is None:
                 chain = self.network.compiled_chain(arrays, dt, handle)
         finally:
             handle.unlease()
@@ -527,6 +542,38 @@ class EinsumExpression:
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""
         self.network.release()
+
+
+#: A last GEMM is thin when one of its free extents is at least this many times the other.
+FLIP_ASPECT = 4
+#: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
+#: (:attr:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
+ORIENT_MARGIN = 1.1
+
+
+def machine_layout(natural: Network, flipped: Network) -> Network | None:
+    """Return the layout this machine's BLAS writes faster, or ``None`` (a trial decides).
+
+    A thin last GEMM (one free extent at least :data:`FLIP_ASPECT` times the other) takes
+    the layout the machine's measured orientation prefers, when the preference is clear by
+    :data:`ORIENT_MARGIN`; a square one, or a machine without one, is tried both ways.
+
+    Examples
+    --------
+    >>> from pytapp.analysis.subscripts import parse_subscripts
+    >>> net = Network(parse_subscripts("ik,kj->ij", [2, 2]), [(64, 2048), (2048, 64)],
+    ...               free_layout=True)
+    >>> machine_layout(net, net) is None  # square: no preference without a trial
+    True
+    """
+    m, n = natural.final_extents()
+    if max(m, n) < FLIP_ASPECT * min(m, n):
+        return None
+    ratio = machine_constants().tall_over_wide
+    if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
+        return None
+    wide_is_faster = ratio >= ORIENT_MARGIN
+    return natural if (n > m) == wide_is_faster else flipped
 
 
 def path_key(optimize: Any) -> Any:

@@ -1,7 +1,8 @@
 """Measured machine constants for the cost model, measured once per machine and cached.
 
 The planner predicts seconds from a few constants: GEMM rates per datatype for NumPy's BLAS
-and for torch (large and small matrices), and the copy bandwidth. They depend on the CPU (the
+and for torch (large and small matrices), the copy bandwidth, and how NumPy's BLAS prefers a
+thin GEMM's result laid out (:func:`_orientation`). They depend on the CPU (the
 machine may be an AVX-512 Xeon one day and an EPYC the next) and on the library builds, so
 they are measured on first use (a few seconds) and kept in a JSON file keyed by CPU model,
 CPU flags and library versions (:func:`fingerprint`): ``$PYTAPP_MACHINE_FILE``, else
@@ -58,6 +59,9 @@ class Machine:
     big: dict[str, dict[str, float]] = field(default_factory=dict)
     small: dict[str, dict[str, float]] = field(default_factory=dict)
     measured: bool = False
+    #: NumPy's BLAS: seconds of a thin F64 GEMM writing its result tall (rows of the small
+    #: extent) over the same GEMM writing it wide (:func:`_orientation`); 1: no preference.
+    tall_over_wide: float = 1.0
 
     def gemm_rate(self, library: str, dtype: str, small: bool = False) -> float:
         """Flop/s of a GEMM by ``library`` ('numpy' or 'torch') in ``dtype``; 0 if unknown."""
@@ -173,7 +177,31 @@ def _measure(key: str) -> Machine:
     src = np.ones(4 << 20)
     dst = np.empty_like(src)
     bandwidth = 2 * src.nbytes / _best(lambda: np.copyto(dst, src))
-    return Machine(key, bandwidth, big, small, measured=True)
+    return Machine(key, bandwidth, big, small, measured=True, tall_over_wide=_orientation())
+
+
+#: Extents of the orientation probe: a GEMM of (THIN x LONG) by (LONG x LONG).
+ORIENT_THIN, ORIENT_LONG = 128, 1536
+
+
+def _orientation() -> float:
+    """Return how much longer NumPy's BLAS takes to write a thin GEMM's result tall than wide.
+
+    One GEMM, C = A B with A of ``ORIENT_THIN x ORIENT_LONG``, run as ``A @ B`` into a wide
+    C-ordered result and as ``B.T @ A.T`` into a tall one (the same GEMM transposed, what an
+    einsum's free result layout chooses between). OpenBLAS's Sapphire Rapids kernels took
+    1.37x as long tall; on a Zen 3 EPYC the tall layout was the faster of such CCSD terms.
+    About 60 ms once per machine.
+    """
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((ORIENT_THIN, ORIENT_LONG))
+    b = rng.standard_normal((ORIENT_LONG, ORIENT_LONG))
+    wide = np.empty((ORIENT_THIN, ORIENT_LONG))
+    tall = np.empty((ORIENT_LONG, ORIENT_THIN))
+    times = [_best(partial(np.matmul, a, b, out=wide)),
+             _best(partial(np.matmul, b.T, a.T, out=tall))]
+    times[0] = min(times[0], _best(partial(np.matmul, a, b, out=wide)))  # either may go first
+    return times[1] / times[0]
 
 
 def _file() -> Path:
@@ -204,9 +232,9 @@ def constants() -> Machine:
         path = _file()
         try:
             data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("key") == key:
+            if data.get("key") == key:  # a file from before a constant was added: measure
                 _cached = Machine(key, float(data["bandwidth"]), data["big"], data["small"],
-                                  measured=True)
+                                  measured=True, tall_over_wide=float(data["tall_over_wide"]))
                 return _cached
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -215,7 +243,8 @@ def constants() -> Machine:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes may write at once
             tmp.write_text(json.dumps({"key": key, "bandwidth": _cached.bandwidth,
-                                       "big": _cached.big, "small": _cached.small}),
+                                       "big": _cached.big, "small": _cached.small,
+                                       "tall_over_wide": _cached.tall_over_wide}),
                            encoding="utf-8")
             os.replace(tmp, path)
         except OSError:

@@ -310,13 +310,48 @@ class Network:
         self._lock = threading.Lock()  # the plan caches
         self._busy = threading.Lock()  # held by the call that uses the shared buffers
 
+    @property
+    def flops(self) -> int:
+        """Multiply-adds of every step, twice (as opt_einsum counts a pairwise product).
+
+        Examples
+        --------
+        >>> from pytapp.analysis.subscripts import parse_subscripts
+        >>> Network(parse_subscripts("ij,jk->ik", [2, 2]), [(2, 3), (3, 4)]).flops
+        48
+        """
+        return sum(2 * math.prod(self.sizes[ch] for ch in set(st.a_labels) | set(st.b_labels))
+                   for st in self.steps)
+
+    def final_extents(self) -> tuple[int, int]:
+        """Return the extents the last GEMM keeps of A and of B alone (rows, then columns).
+
+        A free layout writes them in this order; :meth:`flipped` writes B's first.
+
+        Examples
+        --------
+        >>> from pytapp.analysis.subscripts import parse_subscripts
+        >>> Network(parse_subscripts("bik,bkj->bij", [3, 3]),
+        ...         [(2, 4, 5), (2, 5, 6)]).final_extents()
+        (4, 6)
+        """
+        if not self.steps:
+            return 1, 1
+        last = self.steps[-1]
+        kept = set(last.out_labels)
+        own_a = kept & (set(last.a_labels) - set(last.b_labels))
+        own_b = kept & (set(last.b_labels) - set(last.a_labels))
+        return (math.prod(self.sizes[ch] for ch in own_a),
+                math.prod(self.sizes[ch] for ch in own_b))
+
     def flipped(self) -> Network | None:
         """Return this network with its last GEMM computing the transposed result, or ``None``.
 
         A free result layout (``free_layout``) is the last step's GEMM's: A's free labels
         then B's. The other order, B's then A's (numpy.einsum's for two operands), is the same
         GEMM transposed, ``D^T = B^T A^T``: BLAS runs the two at different speeds, by up to
-        15% either way depending on the shapes and the machine, and no model here tells which.
+        1.6x either way depending on the shapes and the machine (see
+        :attr:`pytapp.machine.Machine.tall_over_wide` for thin GEMMs).
         ``None`` unless the layout is free, the last step multiplies two operands that each
         keep a label of their own, and it has at least :data:`FLIP_MIN_FLOPS` flops.
 

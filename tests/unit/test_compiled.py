@@ -960,3 +960,34 @@ def test_an_unsettled_auto_expression_runs_its_chain_and_counts_the_calls(
     assert dt in expr._settled  # tuned within its budget
     assert np.array_equal(expr(*ops), want)
     assert expr.chain_for(ops) is not None  # the winner's chain, published
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_an_all_compiled_network_settles_at_once_only_when_small(
+        large: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below expression.COMPILED_SETTLES_BELOW flops an all-compiled auto network settles on
+    its chain (another library's dispatch cannot win); above, the library's GEMM decides, so
+    its calls are counted towards timing the backends like any unsettled network's."""
+    from pytapp import backends, expression, wisdom
+
+    monkeypatch.setenv("PYTAPP_WISDOM", "off")
+    wisdom.forget()
+    monkeypatch.setattr(backends, "import_seconds", lambda name: 1e9)  # never timed here
+    eq, shapes = "ij,jk,kl->il", [(12, 13), (13, 14), (14, 11)]
+    expr = pytapp.einsum_expression(eq, *shapes)
+    flops = expr.network.flops
+    assert expr.path == [(1, 2), (0, 1)]  # jk,kl->jl first, then ij,jl->il
+    assert flops == 2 * (13 * 14 * 11 + 12 * 13 * 11)
+    monkeypatch.setattr(expression, "COMPILED_SETTLES_BELOW", flops if large else flops + 1)
+    rng = np.random.default_rng(8)
+    ops = [rng.integers(-3, 4, s).astype(np.float64) for s in shapes]
+    want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
+    for _ in range(4):
+        assert np.array_equal(expr(*ops), want)
+    dt = pytapp.Datatype.F64
+    entry = expr._chains.get(tuple((a.dtype, a.strides) for a in ops))
+    assert entry, "the compiled chain is built either way"
+    assert (dt in expr._settled) is not large
+    assert (expr.chain_for(ops) is None) is large  # an unsettled chain's calls are counted
+    if large:
+        assert expr._budgets[dt].runs >= 3

@@ -25,7 +25,12 @@ def _ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 @pytest.fixture(autouse=True)
 def _small_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trials on small products, a wisdom file of this test's own, no remembered calls."""
+    """Trials on small products, a wisdom file of this test's own, no remembered calls, a
+    machine whose BLAS writes thin results as fast either way (so thin ones are tried too)."""
+    from pytapp import expression
+    from pytapp.machine import Machine
+
+    monkeypatch.setattr(expression, "machine_constants", lambda: Machine("even"))
     monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1)
     monkeypatch.setattr(direct, "DIRECT_MAX_FLOPS", 0)  # planned at once, as large products are
     monkeypatch.setenv("PYTAPP_WISDOM", str(tmp_path / "wisdom.json"))
@@ -218,3 +223,36 @@ def test_threads_sharing_one_expression_during_its_trial() -> None:
     with ThreadPoolExecutor(16) as pool:
         assert all(pool.map(call, range(400)))
     assert expr._trial is None
+
+
+@pytest.mark.parametrize("tall_over_wide", [1.5, 0.6, 1.05])
+@pytest.mark.parametrize(("eq", "shapes", "rows"), [
+    ("ik,kj->ij", [(8, 5), (5, 40)], "i"),  # natural: 8 rows of 40, wide
+    ("ik,kj->ij", [(40, 5), (5, 8)], "i"),  # natural: 40 rows of 8, tall
+    ("ijk,kl->lij", [(4, 5, 6), (6, 30)], "ij"),  # 20 rows of 30: not thin
+])
+def test_thin_result_takes_the_machine_layout_without_a_trial(
+        tall_over_wide: float, eq: str, shapes: list[tuple[int, ...]], rows: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thin last GEMM (one free extent FLIP_ASPECT times the other) writes its result in
+    the orientation the machine's BLAS measured faster, from the first call, when the
+    measurement is clear; otherwise the two layouts are tried."""
+    from pytapp import expression
+    from pytapp.machine import Machine
+
+    monkeypatch.setattr(expression, "machine_constants",
+                        lambda: Machine("test", tall_over_wide=tall_over_wide))
+    ops = [_ints(s, i) for i, s in enumerate(shapes)]
+    want = np.einsum(eq, *ops)
+    expr = EinsumExpression(eq, *shapes)
+    m, n = expr.network.final_extents() if expr._layouts is None else \
+        expr._layouts[0].final_extents()
+    thin = max(m, n) >= expression.FLIP_ASPECT * min(m, n)
+    clear = bool(abs(np.log(tall_over_wide)) >= np.log(expression.ORIENT_MARGIN))
+    assert (expr._trial is None) is (thin and clear)
+    for _ in range(3):
+        got = expr(*ops)
+        np.testing.assert_array_equal(got, want)
+    if thin and clear:  # 2-D here: the axis of the larger stride holds the rows
+        rows_extent = got.shape[int(np.argmax(got.strides))]
+        assert (rows_extent == max(m, n)) is (tall_over_wide < 1)  # tall when tall is faster
