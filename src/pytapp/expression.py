@@ -39,12 +39,11 @@ from pytapp.datatypes import (
 )
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.handle import Handle
-from pytapp.machine import constants as machine_constants
-from pytapp.network import Network, PathInfo
+from pytapp.network import Network, PathInfo, machine_layout
 from pytapp.operands import to_ndarray, torch_bits
 
-__all__ = ["EinsumExpression", "cached_expression", "is_torch", "machine_layout",
-           "normalize_call", "path_key", "result_datatype", "to_library", "to_numpy"]
+__all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call", "path_key",
+           "result_datatype", "to_library", "to_numpy"]
 
 #: Most expressions :func:`cached_expression` keeps.
 EXPRESSION_CACHE_SIZE = 128
@@ -229,11 +228,7 @@ class EinsumExpression:
         flipped = (self.network.flipped() if self.backend == "auto" and not self._never_time
                    else None)
         if flipped is not None:
-            known = machine_layout(self.network, flipped)
-            if known is not None:
-                self.network = known
-            else:
-                self._layouts, self._trial = (self.network, flipped), wisdom.Trial(2)
+            self._layouts, self._trial = (self.network, flipped), wisdom.Trial(2)
 
     @property
     def path(self) -> list[tuple[int, ...]]:
@@ -413,7 +408,8 @@ class EinsumExpression:
         """Return the network this call runs and its candidate number (-1: no trial).
 
         While the two result layouts are tried, the trial's pick; a layout this machine's
-        wisdom holds for the network is taken without a trial.
+        wisdom holds for the network, or the one its BLAS writes faster when the result is
+        thin (:func:`pytapp.network.machine_layout`), is taken without a trial.
         """
         trial, layouts = self._trial, self._layouts
         if trial is None or layouts is None:
@@ -422,6 +418,10 @@ class EinsumExpression:
             known = wisdom.lookup("layout", self._key(dt))
             if isinstance(known, dict) and isinstance(known.get("flipped"), bool):
                 self._settle(layouts[1] if known["flipped"] else layouts[0])
+                return self.network, -1
+            chosen = machine_layout(*layouts)  # a thin result: the machine's measured layout
+            if chosen is not None:
+                self._settle(chosen)
                 return self.network, -1
         which = trial.pick()
         return layouts[which], which
@@ -486,10 +486,12 @@ class EinsumExpression:
         # every candidate: one warm-up and the timed rounds, at about this network's pace
         cost = (budget.seconds / budget.runs * (1 + NETWORK_TUNE_ROUNDS)
                 * (1 + len(NETWORK_CANDIDATES)))
-        pools = {n: backends.pool_of(n) for n in ("auto", *NETWORK_CANDIDATES)}
-        cost += wisdom.pause_seconds(pools, backends.pool_of(self.choices.get(dt, "auto")))
-        if budget.allows(cost) and budget.allows(
-                cost + sum(backends.import_seconds(n) for n in NETWORK_CANDIDATES)):
+        if not budget.allows(cost):
+            return
+        names = ("auto", *NETWORK_CANDIDATES)
+        cost += wisdom.pause_seconds({n: backends.pool_of(n) for n in names},
+                                     backends.pool_of(self.choices.get(dt, "auto")))
+        if budget.allows(cost + sum(backends.import_seconds(n) for n in NETWORK_CANDIDATES)):
             self.tune(views, dt)
 
     def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
@@ -524,7 +526,8 @@ class EinsumExpression:
                 {name: functools.partial(self.network.run, views, dt, handle)
                  for name, handle in handles.items()}, NETWORK_TUNE_ROUNDS,
                 pools={name: backends.pool_of(name) for name in handles},
-                after=backends.pool_of(self.choices.get(dt, "auto")))
+                # the warm-up runs just ended on the last candidate's pool
+                after=backends.pool_of(list(handles)[-1]) if handles else None)
         finally:
             for handle in handles.values():
                 handle.unlease()
@@ -542,38 +545,6 @@ class EinsumExpression:
     def release(self) -> None:
         """Destroy the expression's plans and buffers (it can still be called)."""
         self.network.release()
-
-
-#: A last GEMM is thin when one of its free extents is at least this many times the other.
-FLIP_ASPECT = 4
-#: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
-#: (:attr:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
-ORIENT_MARGIN = 1.1
-
-
-def machine_layout(natural: Network, flipped: Network) -> Network | None:
-    """Return the layout this machine's BLAS writes faster, or ``None`` (a trial decides).
-
-    A thin last GEMM (one free extent at least :data:`FLIP_ASPECT` times the other) takes
-    the layout the machine's measured orientation prefers, when the preference is clear by
-    :data:`ORIENT_MARGIN`; a square one, or a machine without one, is tried both ways.
-
-    Examples
-    --------
-    >>> from pytapp.analysis.subscripts import parse_subscripts
-    >>> net = Network(parse_subscripts("ik,kj->ij", [2, 2]), [(64, 2048), (2048, 64)],
-    ...               free_layout=True)
-    >>> machine_layout(net, net) is None  # square: no preference without a trial
-    True
-    """
-    m, n = natural.final_extents()
-    if max(m, n) < FLIP_ASPECT * min(m, n):
-        return None
-    ratio = machine_constants().tall_over_wide
-    if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
-        return None
-    wide_is_faster = ratio >= ORIENT_MARGIN
-    return natural if (n > m) == wide_is_faster else flipped
 
 
 def path_key(optimize: Any) -> Any:

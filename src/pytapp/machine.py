@@ -177,6 +177,7 @@ def _measure(key: str) -> Machine:
     src = np.ones(4 << 20)
     dst = np.empty_like(src)
     bandwidth = 2 * src.nbytes / _best(lambda: np.copyto(dst, src))
+    time.sleep(0.3)  # torch's pool, measured last, idle again
     return Machine(key, bandwidth, big, small, measured=True, tall_over_wide=_orientation())
 
 
@@ -232,21 +233,28 @@ def constants() -> Machine:
         path = _file()
         try:
             data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("key") == key:  # a file from before a constant was added: measure
+            if data.get("key") == key:
+                orientation = data.get("tall_over_wide")
                 _cached = Machine(key, float(data["bandwidth"]), data["big"], data["small"],
-                                  measured=True, tall_over_wide=float(data["tall_over_wide"]))
+                                  measured=True, tall_over_wide=float(
+                                      _orientation() if orientation is None else orientation))
+                if orientation is None:  # a file from before that constant: add it
+                    _save(path, _cached)
                 return _cached
         except (OSError, ValueError, KeyError, TypeError):
             pass
         _cached = _measure(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes may write at once
-            tmp.write_text(json.dumps({"key": key, "bandwidth": _cached.bandwidth,
-                                       "big": _cached.big, "small": _cached.small,
-                                       "tall_over_wide": _cached.tall_over_wide}),
-                           encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only home: measure again next time
+        _save(path, _cached)
         return _cached
+
+
+def _save(path: Path, m: Machine) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes may write at once
+        tmp.write_text(json.dumps({"key": m.key, "bandwidth": m.bandwidth, "big": m.big,
+                                   "small": m.small, "tall_over_wide": m.tall_over_wide}),
+                       encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: measure again next time

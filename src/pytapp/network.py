@@ -35,12 +35,13 @@ from pytapp.errors import ErrorCode, error_for
 from pytapp.handle import Handle
 from pytapp.kernels.program import available as program_executor_built
 from pytapp.kernels.program import compile_chain
+from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo
 
-__all__ = ["Network", "PathInfo", "Prepared", "Step", "prepare_labels", "resolve_path",
-           "result_shape"]
+__all__ = ["Network", "PathInfo", "Prepared", "Step", "machine_layout", "prepare_labels",
+           "resolve_path", "result_shape"]
 
 _log = logging.getLogger("pytapp")
 
@@ -53,6 +54,11 @@ STEP_PLAN_CACHE = 16
 #: run to run (the trial picked at random and cost its planning), those of 1.5 GFLOP ones
 #: 7-10% apart, the same way every run.
 FLIP_MIN_FLOPS = 1 << 30
+#: A last GEMM is thin when one of its free extents is at least this many times the other.
+FLIP_ASPECT = 4
+#: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
+#: (:attr:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
+ORIENT_MARGIN = 1.1
 
 Path = list[tuple[int, ...]]
 
@@ -267,6 +273,33 @@ class PathInfo:
         return "\n".join(lines)
 
 
+def machine_layout(natural: Network, flipped: Network) -> Network | None:
+    """Return the result layout this machine's BLAS writes faster, or ``None`` (try both).
+
+    ``flipped`` is ``natural`` with its last GEMM transposed (:meth:`Network.flipped`). A
+    thin last GEMM (one free extent at least :data:`FLIP_ASPECT` times the other) takes the
+    orientation the machine measured faster (:attr:`pytapp.machine.Machine.tall_over_wide`),
+    when the preference is clear by :data:`ORIENT_MARGIN`; a square one, or a machine without
+    a clear preference, is tried both ways.
+
+    Examples
+    --------
+    >>> from pytapp.analysis.subscripts import parse_subscripts
+    >>> net = Network(parse_subscripts("ik,kj->ij", [2, 2]), [(64, 2048), (2048, 64)],
+    ...               free_layout=True)
+    >>> machine_layout(net, net) is None  # 64 x 64: square, no preference without a trial
+    True
+    """
+    m, n = natural.final_extents()
+    if max(m, n) < FLIP_ASPECT * min(m, n):
+        return None
+    ratio = machine_constants().tall_over_wide
+    if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
+        return None
+    wide_is_faster = ratio >= ORIENT_MARGIN
+    return natural if (n > m) == wide_is_faster else flipped
+
+
 class Network:
     """An einsum compiled for operand shapes: preparation, path and TAPP steps.
 
@@ -312,7 +345,7 @@ class Network:
 
     @property
     def flops(self) -> int:
-        """Multiply-adds of every step, twice (as opt_einsum counts a pairwise product).
+        """Twice the multiply-adds of every step (a product's whole label space, summed or not).
 
         Examples
         --------
@@ -320,8 +353,17 @@ class Network:
         >>> Network(parse_subscripts("ij,jk->ik", [2, 2]), [(2, 3), (3, 4)]).flops
         48
         """
-        return sum(2 * math.prod(self.sizes[ch] for ch in set(st.a_labels) | set(st.b_labels))
-                   for st in self.steps)
+        return sum(self._step_flops(st) for st in self.steps)
+
+    def _step_flops(self, step: Step) -> int:
+        return 2 * math.prod(self.sizes[ch] for ch in set(step.a_labels) | set(step.b_labels))
+
+    def _final_split(self) -> tuple[set[str], set[str]]:
+        """Return the labels the last step keeps of A alone and of B alone."""
+        last = self.steps[-1]
+        kept = set(last.out_labels)
+        return (kept & (set(last.a_labels) - set(last.b_labels)),
+                kept & (set(last.b_labels) - set(last.a_labels)))
 
     def final_extents(self) -> tuple[int, int]:
         """Return the extents the last GEMM keeps of A and of B alone (rows, then columns).
@@ -337,10 +379,7 @@ class Network:
         """
         if not self.steps:
             return 1, 1
-        last = self.steps[-1]
-        kept = set(last.out_labels)
-        own_a = kept & (set(last.a_labels) - set(last.b_labels))
-        own_b = kept & (set(last.b_labels) - set(last.a_labels))
+        own_a, own_b = self._final_split()
         return (math.prod(self.sizes[ch] for ch in own_a),
                 math.prod(self.sizes[ch] for ch in own_b))
 
@@ -365,13 +404,8 @@ class Network:
         """
         if not self.free_layout or not self.steps or self.steps[-1].b is None:
             return None
-        last = self.steps[-1]
-        own_a = set(last.a_labels) - set(last.b_labels)
-        own_b = set(last.b_labels) - set(last.a_labels)
-        kept = set(last.out_labels)
-        labels = set(last.a_labels) | set(last.b_labels)
-        if (not own_a & kept or not own_b & kept
-                or 2 * math.prod(self.sizes[ch] for ch in labels) < FLIP_MIN_FLOPS):
+        own_a, own_b = self._final_split()
+        if not own_a or not own_b or self._step_flops(self.steps[-1]) < FLIP_MIN_FLOPS:
             return None
         return Network(self.equation, self.shapes, optimize=list(self.path),
                        free_layout=True, flip_final=not self.flip_final)

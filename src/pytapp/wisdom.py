@@ -71,6 +71,10 @@ FORMAT = 1
 POOL_SETTLE_SECONDS = 0.15
 
 
+#: How the tuners wait (a hook: tests count the pauses without sleeping).
+_sleep = time.sleep
+
+
 def pause_seconds(pools: Mapping[str, str], after: str | None) -> float:
     """Seconds :func:`time_candidates` pauses for these candidates' ``pools``.
 
@@ -107,13 +111,13 @@ def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int,
     """
     order = list(runs)
     if pools is not None:  # the current pool's first, then the others grouped by pool
-        order.sort(key=lambda n: (pools.get(n, "") != after, pools.get(n, "")))
+        order.sort(key=lambda n: (pools[n] != after, pools[n]))
     previous = after
     times: dict[str, float] = {}
     for name in order:
-        if pools is not None and pools.get(name, "") != previous:
-            previous = pools.get(name, "")
-            time.sleep(POOL_SETTLE_SECONDS)
+        if pools is not None and pools[name] != previous:
+            previous = pools[name]
+            _sleep(POOL_SETTLE_SECONDS)
         run = runs[name]
         best = float("inf")
         try:
@@ -151,8 +155,8 @@ class Budget:
 class Trial:
     """Candidates of one product alternated over the calls it makes anyway, then the fastest.
 
-    No call is added: where the candidates compute the same result at costs no model here
-    tells apart (a GEMM and its transpose), the calls the program makes are spread over
+    No call is added: where the candidates compute the same result at costs the model does
+    not tell apart (a square GEMM and its transpose), the calls the program makes are spread over
     them, after :data:`TRIAL_AFTER` calls of the model's choice (candidate 0). Each
     candidate's first call plans it and is not timed; after :data:`TRIAL_SAMPLES` timed calls
     of each, the one with the least time wins. A candidate whose least timed call is more
@@ -203,10 +207,12 @@ class Trial:
             if self.seen[which] > 1 and self.calls > TRIAL_AFTER:  # not the call that planned it
                 self.best[which] = min(self.best[which], seconds)
                 self.timed[which] += 1
-            alive, best = self.alive, self.best
-            if all(self.timed[k] for k in alive):
-                lead = min(best[k] for k in alive)
-                alive[:] = [k for k in alive if best[k] <= TRIAL_MARGIN * lead]
+            best = self.best
+            if all(self.timed[k] for k in self.alive):
+                lead = min(best[k] for k in self.alive)
+                # a new list: pick() reads the old one without the lock
+                self.alive = [k for k in self.alive if best[k] <= TRIAL_MARGIN * lead]
+            alive = self.alive
             if len(alive) == 1 or min(self.timed[k] for k in alive) >= TRIAL_SAMPLES:
                 self.winner = min(alive, key=lambda k: best[k])
             return self.winner

@@ -27,10 +27,9 @@ def _ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
 def _small_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Trials on small products, a wisdom file of this test's own, no remembered calls, a
     machine whose BLAS writes thin results as fast either way (so thin ones are tried too)."""
-    from pytapp import expression
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(expression, "machine_constants", lambda: Machine("even"))
+    monkeypatch.setattr(network, "machine_constants", lambda: Machine("even"))
     monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1)
     monkeypatch.setattr(direct, "DIRECT_MAX_FLOPS", 0)  # planned at once, as large products are
     monkeypatch.setenv("PYTAPP_WISDOM", str(tmp_path / "wisdom.json"))
@@ -226,33 +225,52 @@ def test_threads_sharing_one_expression_during_its_trial() -> None:
 
 
 @pytest.mark.parametrize("tall_over_wide", [1.5, 0.6, 1.05])
-@pytest.mark.parametrize(("eq", "shapes", "rows"), [
-    ("ik,kj->ij", [(8, 5), (5, 40)], "i"),  # natural: 8 rows of 40, wide
-    ("ik,kj->ij", [(40, 5), (5, 8)], "i"),  # natural: 40 rows of 8, tall
-    ("ijk,kl->lij", [(4, 5, 6), (6, 30)], "ij"),  # 20 rows of 30: not thin
+@pytest.mark.parametrize(("eq", "shapes", "thin", "rows_if_tall", "rows_if_wide"), [
+    ("ik,kj->ij", [(8, 5), (5, 40)], True, 40, 8),  # natural: 8 rows of 40, wide
+    ("ik,kj->ij", [(40, 5), (5, 8)], True, 40, 8),  # natural: 40 rows of 8, tall
+    ("ik,kj->ij", [(20, 5), (5, 30)], False, None, None),  # 20 x 30: not thin
 ])
 def test_thin_result_takes_the_machine_layout_without_a_trial(
-        tall_over_wide: float, eq: str, shapes: list[tuple[int, ...]], rows: str,
+        tall_over_wide: float, eq: str, shapes: list[tuple[int, ...]], thin: bool,
+        rows_if_tall: int | None, rows_if_wide: int | None,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A thin last GEMM (one free extent FLIP_ASPECT times the other) writes its result in
     the orientation the machine's BLAS measured faster, from the first call, when the
-    measurement is clear; otherwise the two layouts are tried."""
-    from pytapp import expression
+    measurement is clear (tall_over_wide outside 1/1.1 .. 1.1); otherwise both are tried."""
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(expression, "machine_constants",
+    monkeypatch.setattr(network, "machine_constants",
                         lambda: Machine("test", tall_over_wide=tall_over_wide))
     ops = [_ints(s, i) for i, s in enumerate(shapes)]
     want = np.einsum(eq, *ops)
     expr = EinsumExpression(eq, *shapes)
-    m, n = expr.network.final_extents() if expr._layouts is None else \
-        expr._layouts[0].final_extents()
-    thin = max(m, n) >= expression.FLIP_ASPECT * min(m, n)
-    clear = bool(abs(np.log(tall_over_wide)) >= np.log(expression.ORIENT_MARGIN))
-    assert (expr._trial is None) is (thin and clear)
+    got = expr(*ops)
+    np.testing.assert_array_equal(got, want)
+    decided = thin and tall_over_wide != 1.05
+    assert (expr._trial is None) is decided  # decided on the first call, or tried
     for _ in range(3):
         got = expr(*ops)
         np.testing.assert_array_equal(got, want)
-    if thin and clear:  # 2-D here: the axis of the larger stride holds the rows
-        rows_extent = got.shape[int(np.argmax(got.strides))]
-        assert (rows_extent == max(m, n)) is (tall_over_wide < 1)  # tall when tall is faster
+    if decided:
+        rows = got.shape[int(np.argmax(got.strides))]  # the axis of the larger stride
+        assert rows == (rows_if_tall if tall_over_wide < 1 else rows_if_wide)
+
+
+def test_a_recorded_layout_wins_over_the_machine_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a trial measured and kept in the wisdom file decides before the machine constant."""
+    from pytapp.machine import Machine
+
+    eq, shapes = "ik,kj->ij", [(8, 5), (5, 40)]
+    ops = [_ints(s, i) for i, s in enumerate(shapes)]
+    monkeypatch.setattr(network, "machine_constants", lambda: Machine("even"))
+    first = EinsumExpression(eq, *shapes)
+    while first._trial is not None:  # the trial decides and records its layout
+        first(*ops)
+    kept_rows = first(*ops).shape[int(np.argmax(first(*ops).strides))]
+    for ratio in (1.5, 0.6):  # either clear preference: the recorded layout still wins
+        monkeypatch.setattr(network, "machine_constants",
+                            lambda ratio=ratio: Machine("test", tall_over_wide=ratio))
+        again = EinsumExpression(eq, *shapes)
+        got = again(*ops)
+        np.testing.assert_array_equal(got, np.einsum(eq, *ops))
+        assert got.shape[int(np.argmax(got.strides))] == kept_rows

@@ -247,7 +247,7 @@ def test_time_candidates_pauses_before_another_pool(monkeypatch: pytest.MonkeyPa
     """A pool's idle threads spin after its calls: its candidates run first, the others after
     a pause each, grouped by pool."""
     events: list[str] = []
-    monkeypatch.setattr(wisdom.time, "sleep", lambda s: events.append(f"pause {s}"))
+    monkeypatch.setattr(wisdom, "_sleep", lambda s: events.append(f"pause {s}"))
     runs = {name: (lambda name=name: events.append(name)) for name in ("t", "a", "b", "c")}
     pools = {"t": "torch", "a": "blas", "b": "blas", "c": "tblis"}
     times = wisdom.time_candidates(runs, 2, pools=pools, after="blas")

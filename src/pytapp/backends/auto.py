@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from pytapp.analysis.program import TTGT_MAX_FLOPS, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile
 from pytapp.backends.base import (
+    BLAS_POOL,
     Backend,
     BackendPlan,
     Capabilities,
@@ -63,7 +64,8 @@ from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
 
-__all__ = ["AUTOMATIC", "CANDIDATES", "AutoBackend", "AutoPlan", "CompiledPlan", "call_overheads"]
+__all__ = ["AUTOMATIC", "CANDIDATES", "AutoBackend", "AutoPlan", "CompiledPlan", "call_overheads",
+           "pool_choice"]
 
 _log = logging.getLogger("pytapp")
 
@@ -155,7 +157,7 @@ def call_overheads(names: list[str]) -> dict[str, float]:
 
 
 def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile | None,
-                machine: Machine) -> dict[str, float]:
+                machine: Machine, imports: bool = False) -> dict[str, float]:
     """Predicted seconds of each capable backend, from this machine's measured constants.
 
     blas: its chosen route (one pass of a compiled kernel over the operands, GEMMs on views,
@@ -208,17 +210,19 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
         return out
     from pytapp import backends
 
-    # A library not imported yet costs its import (torch: seconds) on this plan's first call,
-    # whatever the product's size: a 3 ms product chose torch on a machine whose measured MKL
-    # rate was 1.25x OpenBLAS's and paid 2 s to import it. Nor is it imported to measure its
-    # per-call cost.
+    # A library not imported yet is not imported to measure its call: it would cost its import,
+    # priced here as that call's overhead. ``imports``: price the import at any size (the
+    # model's choice: a 3 ms product chose torch, on a machine whose measured MKL rate was
+    # 1.25x OpenBLAS's, and paid 2 s to import it); the tuners count it in their budgets.
     loading = {name: backends.import_seconds(name) for name in out}
-    if min(out.values()) < OVERHEADS_MATTER_BELOW:
+    small = min(out.values()) < OVERHEADS_MATTER_BELOW
+    if small:
         ready = [name for name in out if loading[name] == 0.0]
         for name, seconds in call_overheads(ready).items():
             out[name] += seconds
-    for name in out:
-        out[name] += loading[name]
+    if small or imports:
+        for name in out:
+            out[name] += loading[name]
     return out
 
 
@@ -231,9 +235,10 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     go where the prediction is smaller: torch's native low-precision GEMM (fast on CPUs with
     AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the inputs
     (whatever blas's route, the conversion is a copy); a product blas runs as one compiled
-    kernel pass or as GEMMs on views stays on blas (nothing is copied); otherwise the smaller
-    prediction of blas and torch wins (never tblis: its idle
-    threads slow the OpenBLAS calls around it; see the module's notes).
+    kernel pass or as GEMMs on views stays on blas (nothing is copied); otherwise torch only
+    when predicted :data:`OTHER_POOL_MARGIN` times faster than blas (never tblis: its idle
+    threads slow the OpenBLAS calls around it; see the module's notes). A library not
+    imported yet is priced with its import.
     """
     if spec.rule.real is Datatype.F16 and "reference" in capable:
         return "reference"
@@ -243,11 +248,12 @@ def model_choice(spec: ContractionSpec, capable: list[str],
         # blas converts F16/BF16 operands to F32 whatever its route: no route is copy-free
         if "blas" not in capable:
             return "torch"
-        ranked = predictions(spec, ["blas", "torch"], p, machine)
+        ranked = predictions(spec, ["blas", "torch"], p, machine, imports=True)
         return min(ranked, key=lambda name: ranked[name])
     if p.route is not None and "blas" in capable:
         return "blas"
-    ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine)
+    ranked = predictions(spec, [c for c in capable if c in ("blas", "torch")], p, machine,
+                         imports=True)
     if "blas" in ranked and "torch" in ranked:
         # The model sees GEMM rates, not torch's conversions and extra passes around them, nor
         # what its pool costs the OpenBLAS calls around it: torch must be predicted far faster.
@@ -255,6 +261,29 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     if ranked:
         return min(ranked, key=lambda name: ranked[name])
     return "blas" if "blas" in capable else capable[0]
+
+
+def pool_choice(times: Mapping[str, float], pools: Mapping[str, str]) -> str:
+    """Return the fastest backend timed; one off NumPy's BLAS pool only when far faster.
+
+    A backend on another thread pool than :data:`~pytapp.backends.base.BLAS_POOL` wins only
+    when :data:`OTHER_POOL_MARGIN` times faster than the fastest on it: timed alone, it does
+    not pay what the two pools cost each other in a workload whose other products run on
+    OpenBLAS. ``pools``: each timed backend's pool.
+
+    Examples
+    --------
+    >>> pools = {"blas": "blas", "torch": "torch"}
+    >>> [pool_choice({"blas": 1.0, "torch": t}, pools) for t in (0.6, 0.4)]
+    ['blas', 'torch']
+    """
+    fastest = min(times, key=lambda n: times[n])
+    home = [n for n in times if pools[n] == BLAS_POOL]
+    if pools[fastest] != BLAS_POOL and home:
+        best_home = min(home, key=lambda n: times[n])
+        if times[fastest] * OTHER_POOL_MARGIN >= times[best_home]:
+            return best_home
+    return fastest
 
 
 #: PYTAPP_AUTOTUNE values that time every product at its first execution.
@@ -371,33 +400,17 @@ class AutoPlan:
         times = wisdom.time_candidates(
             {name: functools.partial(plan.run, bound, executor) for name, plan in plans.items()},
             TUNE_ROUNDS, pools=self._pools(plans),
-            after=thread_pool(self.candidates[self.choice]))
+            # the warm-up runs just ended on the last candidate's pool
+            after=thread_pool(self.candidates[list(plans)[-1]]) if plans else None)
         self.measured = dict(times)
         if times:
-            self.choice = self._measured_choice(times)
+            self.choice = pool_choice(times, self._pools(times))
             _log.info("auto tuned %s: %s wins (%s)", self.spec.einsum(), self.choice,
                       ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in times.items()))
             self._prefix = f"auto -> {self.choice}: "
             self._last = ("", "")
             wisdom.record("product", self.key, {"choice": self.choice, "seconds": times})
         self.tuned = True
-
-    def _measured_choice(self, times: dict[str, float]) -> str:
-        """Return the fastest candidate timed, within the current choice's thread pool.
-
-        One on another pool wins only when :data:`OTHER_POOL_MARGIN` times faster than the
-        current pool's best: timed alone, it does not pay what the two pools cost each other
-        in a workload.
-        """
-        fastest = min(times, key=lambda n: times[n])
-        home = thread_pool(self.candidates[self.choice])
-        pools = self._pools(times)
-        mine = [n for n in times if pools[n] == home]
-        if pools[fastest] != home and mine:
-            best_home = min(mine, key=lambda n: times[n])
-            if times[fastest] * OTHER_POOL_MARGIN >= times[best_home]:
-                return best_home
-        return fastest
 
     def _should_tune(self, executor: Executor | None) -> bool:
         """Tell whether to time the candidate backends now.
@@ -554,6 +567,12 @@ class AutoBackend(Stateless):
 
         known = wisdom.lookup("product", _key(spec))
         remembered = known.get("choice") if isinstance(known, dict) else None
+        seconds = known.get("seconds") if isinstance(known, dict) else None
+        if isinstance(seconds, dict):  # decided again by today's rule (an older file's min)
+            timed = {n: float(t) for n, t in seconds.items()
+                     if n in AUTOMATIC and isinstance(t, (int, float))}
+            if timed:
+                remembered = pool_choice(timed, {n: backends.pool_of(n) for n in timed})
         if remembered not in AUTOMATIC:  # an older file's tblis (see the module's notes)
             remembered = None
         if (remembered is None and _tune_policy() not in _ALWAYS and _compiled_only(spec)
