@@ -302,3 +302,20 @@ def test_view_gemms_loop_over_summed_labels_only_when_they_do_not_fuse() -> None
     assert best.d.strides[0] == 0  # the summed loop does not move in D
     fused = view_gemms(spec((6, 90, 18, 1)))  # type: ignore[arg-type]  # (k, d) fuse: k*6 + d
     assert fused and all(g.reduced == 0 for g in fused)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.204])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_a_scalar_product_with_a_converted_c(alpha: float, dtype: type) -> None:
+    """0-d operands whose C is converted to the F64 compute type: the epilogue sums into the
+    converted copy (a 0-d product's scaled result is a NumPy scalar, no ``out=``)."""
+    from pytapp import ElementOp, Handle, Prectype, TensorInfo, TensorProduct
+
+    a, b, c = (np.array(v, dtype=dtype) for v in (-3.0, 5.0, 7.0))
+    d = np.array(11.0, dtype=dtype)
+    info = TensorInfo.from_array(a)
+    plan = TensorProduct(Handle("blas"), info, (), info, (), info, (), info, (),
+                         op_c=ElementOp.CONJUGATE, prec=Prectype.F64F64_ACCUM_F64)
+    plan.execute(alpha, a, b, -2.0, c, d)
+    want = np.float64(alpha) * -15.0 - 2.0 * 7.0  # in F64, rounded once when stored
+    assert d == np.asarray(want).astype(dtype)

@@ -979,9 +979,10 @@ class BlasPlan(Stateless):
         if c_t is not None:
             c_val, copied = self._prepare(c_t, spec.c, (), tuple(range(c_t.ndim)), threads)
             beta = np.asarray(bound.beta).astype(self.compute)[()]
-            if copied and c_val.shape == r.shape:  # our converted copy: scaled in place
+            if copied and c_val.shape == r.shape:  # our converted copy: summed in place
                 np.multiply(c_val, beta, out=c_val)
-                np.add(r, c_val, out=r)
+                np.add(c_val, r, out=c_val)  # into the copy: r may be a NumPy scalar (0-d)
+                r = c_val
             else:
                 total = np.multiply(c_val, beta, dtype=self.compute)
                 total += r
