@@ -923,6 +923,21 @@ def test_threads_share_one_expression(n: int) -> None:
     _in_threads(work)
 
 
+def _checked_calls(expr: Any, eq: str, shapes: Sequence[tuple[int, ...]], seed: int,
+                   calls: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Call ``expr`` on exact small-integer operands ``calls`` times, each result checked."""
+    rng = np.random.default_rng(seed)
+    ops = [rng.integers(-3, 4, s).astype(np.float64) for s in shapes]
+    want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
+    for _ in range(calls):
+        assert np.array_equal(expr(*ops), want)
+    return ops, want
+
+
+def _layouts(ops: list[np.ndarray]) -> tuple[Any, ...]:
+    return tuple((a.dtype, a.strides) for a in ops)
+
+
 def test_an_unsettled_auto_expression_runs_its_chain_and_counts_the_calls(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Before auto's choice of a network is settled, its compiled chain runs the expression's
@@ -937,15 +952,10 @@ def test_an_unsettled_auto_expression_runs_its_chain_and_counts_the_calls(
     eq = "kbcd,kd,ce->be"  # kbcd,kd->bc: GEMVs summed over k (the Python plan's route)
     shapes = [(8, 32, 32, 32), (8, 32), (32, 5)]
     expr = pytapp.einsum_expression(eq, *shapes)
-    rng = np.random.default_rng(4)
-    ops = [rng.integers(-3, 4, s).astype(np.float64) for s in shapes]
-    want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
-    for _ in range(3):
-        assert np.array_equal(expr(*ops), want)
+    ops, want = _checked_calls(expr, eq, shapes, 4, 3)
     dt = pytapp.Datatype.F64
     assert dt not in expr._settled
-    entry = expr._chains.get(tuple((a.dtype, a.strides) for a in ops))
-    assert entry, "the unsettled expression has its chain"
+    assert expr._chains.get(_layouts(ops)), "the unsettled expression has its chain"
     assert expr.chain_for(ops) is None  # not published while its calls must be counted
     runs = expr._budgets[dt].runs
     for _ in range(5):
@@ -979,14 +989,9 @@ def test_an_all_compiled_network_settles_at_once_only_when_small(
     assert expr.path == [(1, 2), (0, 1)]  # jk,kl->jl first, then ij,jl->il
     assert flops == 2 * (13 * 14 * 11 + 12 * 13 * 11)
     monkeypatch.setattr(expression, "COMPILED_SETTLES_BELOW", flops if large else flops + 1)
-    rng = np.random.default_rng(8)
-    ops = [rng.integers(-3, 4, s).astype(np.float64) for s in shapes]
-    want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
-    for _ in range(4):
-        assert np.array_equal(expr(*ops), want)
+    ops, _ = _checked_calls(expr, eq, shapes, 8, 4)
     dt = pytapp.Datatype.F64
-    entry = expr._chains.get(tuple((a.dtype, a.strides) for a in ops))
-    assert entry, "the compiled chain is built either way"
+    assert expr._chains.get(_layouts(ops)), "the compiled chain is built either way"
     assert (dt in expr._settled) is not large
     assert (expr.chain_for(ops) is None) is large  # an unsettled chain's calls are counted
     if large:
