@@ -569,6 +569,10 @@ static void run_loop(const Program *p, cval al, cval be, const char *A, const ch
     }
 }
 
+/* A loop nest split over the BLAS's pool (defined with the pool, below). */
+static void run_loop_split(const Program *p, cval al, cval be, const char *A, const char *B,
+                           const char *C, char *D);
+
 static void run_scale(const Program *p, cval be, const char *C, char *D) {
     switch (p->dtype) {
         case DT_F32: scale_f32(p, be, C, D); break;
@@ -922,7 +926,7 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
         run_scale(p, be, pc, pd);
         if (p->conj[3]) run_conj(p, pd);
     } else if (p->kind == K_LOOP) {
-        run_loop(p, al, be, pa, pb, pc, pd);
+        run_loop_split(p, al, be, pa, pb, pc, pd);
     } else if (p->kind == K_TTGT) {
         status = run_ttgt(p, al, be, pa, pb, pc, pd); /* 1: no scratch memory, D untouched */
     } else {
@@ -1607,6 +1611,55 @@ static int blas_single_enter(void) {
     const int outside = g_saved_threads;
     pthread_mutex_unlock(&g_single_lock);
     return outside;
+}
+
+/* Loop nests of at least this many iterations are shared out over the BLAS's pool along their
+ * first label, one of D's (every element of D is then written by one worker, in the same order
+ * of its summed labels as on one thread: the results do not depend on the split). An 786k-element
+ * F32 outer product took 0.32 ms on one thread, where torch's two-thread multiply took 0.09. */
+#define LOOP_SPLIT_MIN (1 << 16)
+
+typedef struct {
+    Program sub; /* the program with its first label cut to this worker's range */
+    cval al, be;
+    const char *A, *B, *C;
+    char *D;
+} LoopJob;
+
+static void loop_task(void *arg) {
+    LoopJob *j = (LoopJob *)arg;
+    if (j->sub.ext[0] > 0) run_loop(&j->sub, j->al, j->be, j->A, j->B, j->C, j->D);
+}
+
+static void run_loop_split(const Program *p, cval al, cval be, const char *A, const char *B,
+                           const char *C, char *D) {
+    npy_intp iters = 1;
+    for (int l = 0; l < p->nl; ++l) iters *= p->ext[l];
+    int workers = 1;
+    if (g_pool_run && g_get_threads && !g_in_pool && p->nout > 0 && p->ext[0] > 1 &&
+        iters >= LOOP_SPLIT_MIN)
+        workers = g_get_threads();
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    if (workers > p->ext[0]) workers = (int)p->ext[0];
+    LoopJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(LoopJob)) : NULL;
+    if (!jobs) {
+        run_loop(p, al, be, A, B, C, D);
+        return;
+    }
+    const npy_intp first = p->ext[0];
+    for (int w = 0; w < workers; ++w) {
+        const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
+        memcpy(&jobs[w].sub, p, sizeof(Program));
+        jobs[w].sub.ext[0] = stop - start;
+        jobs[w].al = al;
+        jobs[w].be = be;
+        jobs[w].A = A + start * p->st[0][0];
+        jobs[w].B = B + start * p->st[1][0];
+        jobs[w].C = C ? C + start * p->st[2][0] : NULL;
+        jobs[w].D = D + start * p->st[3][0];
+    }
+    g_pool_run(workers, (void *)loop_task, jobs, (int)sizeof(LoopJob));
+    free(jobs);
 }
 
 static void blas_single_leave(void) {

@@ -996,3 +996,54 @@ def test_an_all_compiled_network_settles_at_once_only_when_small(
     assert (expr.chain_for(ops) is None) is large  # an unsettled chain's calls are counted
     if large:
         assert expr._budgets[dt].runs >= 3
+
+
+SPLIT = 1 << 16  # _cexec's LOOP_SPLIT_MIN: loop nests this large are shared out over the pool
+
+
+@pytest.mark.parametrize(("eq", "shapes", "dtype"), [
+    ("ij,ij->ij", [(300, 300), (300, 300)], np.float64),  # Hadamard
+    ("jr,kr->jkr", [(128, 48), (128, 48)], np.float32),  # CP's outer product, 786k elements
+    ("ab,b->ba", [(270, 270), (270,)], np.float64),  # broadcast, D transposed
+    ("i,j->ij", [(3, ), (40000, )], np.float64),  # first label shorter than the workers
+])
+@pytest.mark.parametrize("flavour", ["plain", "epilogue", "c_is_d", "reversed"])
+def test_large_loop_nests_shared_out_over_the_pool_stay_exact(
+        eq: str, shapes: list[tuple[int, ...]], dtype: type, flavour: str) -> None:
+    """Elementwise loop nests of LOOP_SPLIT_MIN iterations or more run on the BLAS's pool,
+    split along their first (output) label: every element exact, whatever the epilogue, the
+    strides, or C being D; 16 threads sharing the plan too."""
+    ins, out = eq.split("->")
+    la, lb = ins.split(",")
+    def operand_a(rng: np.random.Generator) -> np.ndarray:
+        a = _ints(rng, shapes[0]).astype(dtype)
+        return a[::-1] if flavour == "reversed" else a  # negative strides on A
+
+    rng = np.random.default_rng(12)
+    a, b = operand_a(rng), _ints(rng, shapes[1]).astype(dtype)
+    d_shape = np.einsum(eq, a, b).shape
+    c = _ints(rng, d_shape).astype(dtype)
+    assert np.prod(d_shape) >= SPLIT
+    alpha, beta = (1, 0) if flavour in ("plain", "reversed") else (2, -3)
+    infos = [TensorInfo.from_array(x) for x in (a, b, c)]
+    plan = TensorProduct(Handle("blas"), infos[0], la, infos[1], lb, infos[2], out, infos[2],
+                         out)
+    assert plan.algorithm.startswith(f"{COMPILED} loop nest"), plan.algorithm
+
+    def check(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        want = alpha * np.einsum(eq, a.astype(np.int64), b.astype(np.int64))
+        if beta:
+            want = want + beta * c.astype(np.int64)
+        d = c if flavour == "c_is_d" else np.full(d_shape, np.nan, dtype=dtype)
+        status = plan.execute(alpha, a, b, beta, c if beta else None, d)
+        assert status.algorithm.startswith(COMPILED)
+        assert np.array_equal(d, want.astype(dtype))
+
+    check(a, b, c.copy())
+
+    def work(k: int) -> None:
+        r = np.random.default_rng(k)
+        for _ in range(2):
+            check(operand_a(r), _ints(r, b.shape).astype(dtype), _ints(r, d_shape).astype(dtype))
+
+    _in_threads(work)
