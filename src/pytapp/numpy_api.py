@@ -97,6 +97,36 @@ ORDERS = ("K", "A", "C", "F")
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 
 
+def _deliver(found: np.ndarray | None, out: np.ndarray | None) -> Any:
+    """Return a thin path's result as einsum returns it, or ``None`` (the general path).
+
+    With ``out``: copied into it when of its exact shape and dtype (the general path judges
+    any other ``out``: broadcasting, casts, errors).
+    """
+    if found is None:
+        return None
+    if out is None:
+        return found[()] if found.ndim == 0 else found
+    if found.shape != out.shape or found.dtype != out.dtype:
+        return None
+    np.copyto(out, found)
+    return out
+
+
+def _remember_thin(thin_key: tuple[Any, ...], layout_key: tuple[Any, ...] | None,
+                   expr: EinsumExpression, ops: Sequence[Any]) -> None:
+    """Keep ``expr`` (and its compiled network, once built) for the thin path of later calls."""
+    found_chain = expr.chain_for(ops) if layout_key is not None else None
+    with _thin_lock:
+        _thin[thin_key] = expr
+        while len(_thin) > THIN_CACHE_SIZE:
+            _thin.pop(next(iter(_thin)))
+        if found_chain is not None:
+            _chains[layout_key] = found_chain
+            while len(_chains) > THIN_CACHE_SIZE:
+                _chains.pop(next(iter(_chains)))
+
+
 def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
            memory_limit: Any = None, backend: BackendName | None = None, dtype: Any = None,
            order: str = "K", casting: str = "safe") -> ArrayLike:
@@ -169,7 +199,8 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     """
     thin_key: tuple[Any, ...] | None = None
     layout_key: tuple[Any, ...] | None = None
-    if out is None and order == "K" and casting == "safe" and len(operands) > 1 and \
+    if (out is None or (type(out) is np.ndarray and out.flags.writeable)) and order == "K" and \
+            casting == "safe" and len(operands) > 1 and \
             type(operands[0]) is str and type(operands[1]) is np.ndarray:  # (tensors: traced)
         # an explicit path (a list) as a tuple: a reused path hits these caches too
         opt = optimize if type(optimize) is str else path_key(optimize)
@@ -182,9 +213,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
             except TypeError:  # an unhashable optimizer: the general path, never remembered
                 layout_key = None
         if chain is not None:  # the whole network as compiled programs for these layouts
-            found = chain(*operands[1:])
+            found = _deliver(chain(*operands[1:]), out)
             if found is not None:
-                return found[()] if found.ndim == 0 else found
+                return found
         if layout_key is not None:
             inputs = operands[1:]
             # C-contiguous inputs: one expression for every dtype; other layouts decide the
@@ -194,14 +225,14 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                 x.flags.c_contiguous for x in inputs) else layout_key
             cached = _thin.get(thin_key)
             if cached is not None:
-                found = cached._fast_numpy(inputs)
+                found = _deliver(cached._fast_numpy(inputs), out)
                 if found is not None:
                     return found
             else:
                 direct = _pairs.get(layout_key)
-                found = None if direct is None else direct.run(*inputs)
+                found = None if direct is None else _deliver(direct.run(*inputs), out)
                 if found is not None:  # not worth a plan yet (pytapp.direct)
-                    return found[()] if found.ndim == 0 else found
+                    return found
     if out is not None and is_torch(out):
         _refuse_bits(out)
     if (len(operands) > 1 and type(operands[0]) is str and is_torch(operands[1])
@@ -275,20 +306,14 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     expr = cached_expression(subs, arrays, optimize, memory_limit, backend, want)
     if target is not None and target.shape == shape and target.dtype == tapp.numpy_dtype:
         expr(*ops, out=target)
+        if thin_key is not None and folded is None and final is tapp and out is target:
+            _remember_thin(thin_key, layout_key, expr, ops)  # later calls: one lookup, a copy
         return out
     into = _allocate(shape, tapp, layout, equation, arrays)
     if into is None and target is None and final is tapp:
         result = expr(*ops)
         if thin_key is not None and folded is None:
-            found_chain = expr.chain_for(ops) if layout_key is not None else None
-            with _thin_lock:
-                _thin[thin_key] = expr
-                while len(_thin) > THIN_CACHE_SIZE:
-                    _thin.pop(next(iter(_thin)))
-                if found_chain is not None:
-                    _chains[layout_key] = found_chain
-                    while len(_chains) > THIN_CACHE_SIZE:
-                        _chains.pop(next(iter(_chains)))
+            _remember_thin(thin_key, layout_key, expr, ops)
         return result
     if into is None:
         into = np.empty(shape, dtype=tapp.numpy_dtype)

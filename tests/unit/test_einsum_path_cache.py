@@ -48,3 +48,47 @@ def test_forget_calls_drops_one_shot_expressions_and_their_budgets() -> None:
     forget_calls()
     after = expression.cached_expression("ij,jk->ik", [a, a.T], True, None, None, None)
     assert after is not before
+
+
+@pytest.mark.parametrize(("eq", "shapes"), [
+    ("ij,jk->ik", [(4, 5), (5, 3)]),  # a plain pair: pytapp.direct, then a plan
+    ("r,ir->ir", [(48,), (128, 48)]),
+    ("ij,jk,kl->il", [(6, 7), (7, 8), (8, 9)]),  # a network: its compiled chain
+])
+def test_out_hits_the_one_shot_cache_and_every_out_stays_right(
+        eq: str, shapes: list[tuple[int, ...]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeated calls with out= of the result's shape and dtype take the thin path (one
+    lookup, the result copied into out); any other out still gets numpy's semantics."""
+    for name in ("_thin", "_chains", "_pairs"):
+        monkeypatch.setattr(numpy_api, name, {})
+    rng = np.random.default_rng(3)
+    ops = [rng.integers(-4, 5, s).astype(np.float64) for s in shapes]
+    want = np.einsum(eq, *ops)
+    out = np.full(want.shape, np.nan)
+    for _ in range(4):
+        out[...] = np.nan
+        assert pytapp.einsum(eq, *ops, out=out) is out
+        np.testing.assert_array_equal(out, want)
+    assert numpy_api._thin, "an out= call keeps its expression for the thin path"
+    calls = []
+    monkeypatch.setattr(numpy_api, "_check_out", lambda *a: calls.append(a))  # general path
+    again = np.full(want.shape, np.nan)
+    assert pytapp.einsum(eq, *ops, out=again) is again
+    np.testing.assert_array_equal(again, want)
+    assert not calls, "the thin path served it"
+    monkeypatch.undo()
+    # another dtype (a safe cast), a read-only out, an out aliasing an input: the general path
+    wide = np.empty(want.shape, dtype=np.complex128)
+    assert pytapp.einsum(eq, *ops, out=wide) is wide
+    np.testing.assert_array_equal(wide, want)
+    frozen = np.empty(want.shape)
+    frozen.flags.writeable = False
+    with pytest.raises(pytapp.TappError) as err:
+        pytapp.einsum(eq, *ops, out=frozen)
+    assert err.value.code == 22
+    a, b = (rng.integers(-4, 5, (5, 5)).astype(np.float64) for _ in range(2))
+    square = np.einsum("ij,jk->ik", a, b)
+    for _ in range(3):  # out is an operand itself: computed whole, then written
+        first = a.copy()
+        assert pytapp.einsum("ij,jk->ik", first, b, out=first) is first
+        np.testing.assert_array_equal(first, square)
