@@ -213,7 +213,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
     # A library not imported yet is not imported to measure its call: it would cost its import,
     # priced here as that call's overhead. ``imports``: price the import at any size (the
     # model's choice: a 3 ms product chose torch, on a machine whose measured MKL rate was
-    # 1.25x OpenBLAS's, and paid 2 s to import it); the tuners count it in their budgets.
+    # 1.5x OpenBLAS's, and paid 2 s to import it); the tuners count it in their budgets.
     loading = {name: backends.import_seconds(name) for name in out}
     small = min(out.values()) < OVERHEADS_MATTER_BELOW
     if small:
