@@ -468,8 +468,18 @@ def _cmd_bench_dmrg(args: argparse.Namespace) -> int:
 
 def _cmd_bench_torch(args: argparse.Namespace) -> int:
     from dataclasses import asdict
+    from functools import partial
 
     from pytapp.bench import targets, torch_suite
+
+    device = args.device or "cpu"
+    if device != "cpu":
+        import torch
+
+        if not device.startswith("cuda") or not torch.cuda.is_available():
+            print(f"device {device!r} is not available to torch here (CUDA available: "
+                  f"{torch.cuda.is_available()}); use --device cpu", file=sys.stderr)
+            return 2
 
     cases = torch_suite.torch_cases()
     if args.case:
@@ -482,11 +492,13 @@ def _cmd_bench_torch(args: argparse.Namespace) -> int:
         steps = iter(range(len(cases)))
         rows = torch_suite.torch_rows(rounds=args.repeats, cases=cases,
                                       progress=lambda what: callback(what, next(steps),
-                                                                     len(cases)))
+                                                                     len(cases)),
+                                      device=device)
     print(torch_suite.torch_table(rows))
-    data = {"suite": "torch", "rows": [asdict(r) | {"ratio": r.ratio, "met": r.met}
-                                       for r in rows]}
-    return _write_reports(args, rows, data, targets.targets_plot, torch_suite.torch_markdown)
+    data = {"suite": "torch", "device": device,
+            "rows": [asdict(r) | {"ratio": r.ratio, "met": r.met} for r in rows]}
+    return _write_reports(args, rows, data, targets.targets_plot,
+                          partial(torch_suite.torch_markdown, device=device))
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -751,6 +763,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--case", nargs="+", help="only cases whose name contains one of these")
     p.add_argument("--dtype", nargs="+", help="only these dtypes (f32 f64 c64 c128 f16 bf16)")
     p.add_argument("--threads", type=int, help="threads for every library (default: all)")
+    p.add_argument("--device", help="torch suite: the tensors' device (cpu, cuda, cuda:1...)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per contender (least)")
     p.add_argument("--min-seconds", type=float, default=0.5,
                    help="keep timing in rounds (up to 50) until each contender ran this long")

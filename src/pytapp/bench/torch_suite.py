@@ -2,11 +2,13 @@
 
 Matrix products from 8x8 to 2048x2048 and batched attention products (scores
 ``bhqd,bhkd->bhqk`` and values ``bhqk,bhkd->bhqd``), in float32, forward and forward +
-backward (``torch.autograd.grad`` of both operands). The contenders are interleaved in rounds:
-each round times each contender once, in shuffled order, over a sample of calls lasting about
-:data:`SAMPLE_SECONDS`; the fastest sample per call is kept. The target of each row is a ratio
-``torch.einsum``'s time / ``pytapp.einsum``'s of at least 1. Every pytapp result and gradient
-is compared with torch.einsum's, computed in float64 on the same data.
+backward (``torch.autograd.grad`` of both operands), on the CPU or on a CUDA device
+(``--device cuda``). The contenders are interleaved in rounds: each round times each contender
+once, in shuffled order, over a sample of calls lasting about :data:`SAMPLE_SECONDS`; the
+fastest sample per call is kept. On a CUDA device each sample ends with a synchronisation, so a
+sample counts the device's work and the host's launches, whichever is longer. The target of
+each row is a ratio ``torch.einsum``'s time / ``pytapp.einsum``'s of at least 1. Every pytapp
+result and gradient is compared with torch.einsum's, computed in float64 on the same data.
 
 Examples
 --------
@@ -58,18 +60,24 @@ def torch_cases() -> list[TorchCase]:
 
 
 def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int,
-                sample_seconds: float = SAMPLE_SECONDS, seed: int = 0) -> dict[str, float]:
+                sample_seconds: float = SAMPLE_SECONDS, seed: int = 0,
+                sync: Callable[[], Any] | None = None) -> dict[str, float]:
     """Return each contender's fastest time per call, timed in interleaved rounds.
 
     Each contender runs once first (plans, caches, allocations), then ``rounds`` times in a
     shuffled order, each time as a sample of the same number of calls (enough for the slowest
-    contender's sample to last about ``sample_seconds``).
+    contender's sample to last about ``sample_seconds``). ``sync`` (e.g.
+    ``torch.cuda.synchronize``) runs before each sample starts and before it is read, so that
+    asynchronous work is inside the sample that launched it.
     """
+    wait = sync if sync is not None else _nothing
     once = {}
     for name, fn in contenders.items():
         fn()
+        wait()
         start = time.perf_counter()
         fn()
+        wait()
         once[name] = time.perf_counter() - start
     number = max(1, int(sample_seconds / max(max(once.values()), 1e-9)))
     best = {name: float("inf") for name in contenders}
@@ -79,11 +87,17 @@ def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int,
         rng.shuffle(order)
         for name in order:
             fn = contenders[name]
+            wait()
             start = time.perf_counter()
             for _ in range(number):
                 fn()
+            wait()
             best[name] = min(best[name], (time.perf_counter() - start) / number)
     return best
+
+
+def _nothing() -> None:
+    return None
 
 
 def _error(got: Any, want: Any) -> float:
@@ -92,26 +106,27 @@ def _error(got: Any, want: Any) -> float:
 
 
 def _case_rows(case: TorchCase, rounds: int, sample_seconds: float, seed: int,
-               ) -> list[TargetRow]:
+               device: str = "cpu") -> list[TargetRow]:
     import torch
 
     import pytapp
 
     gen = torch.Generator().manual_seed(seed)
-    ops = [torch.randn(s, generator=gen) for s in case.shapes]
+    ops = [torch.randn(s, generator=gen).to(device) for s in case.shapes]
+    sync = torch.cuda.synchronize if ops[0].is_cuda else None
     eq = case.equation
     wide = [t.double() for t in ops]
     want = torch.einsum(eq, *wide)
     forward: dict[str, Callable[[], Any]] = {"pytapp": lambda: pytapp.einsum(eq, *ops),
                                              "torch": lambda: torch.einsum(eq, *ops)}
     got = forward["pytapp"]()
-    times = interleaved(forward, rounds, sample_seconds, seed)
+    times = interleaved(forward, rounds, sample_seconds, seed, sync)
     rows = [TargetRow("torch", f"{case.name} forward", "torch.einsum", times["pytapp"],
                       times["torch"], 1.0, False, errors={"pytapp": _error(got, want)},
                       tolerance=TOLERANCE)]
     leaves = [t.clone().requires_grad_(True) for t in ops]
     wide_leaves = [t.clone().requires_grad_(True) for t in wide]
-    grad_out = torch.randn(tuple(want.shape), generator=gen)
+    grad_out = torch.randn(tuple(want.shape), generator=gen).to(device)
     wants = torch.autograd.grad(torch.einsum(eq, *wide_leaves), wide_leaves, grad_out.double())
 
     def both(fn: Callable[..., Any]) -> Callable[[], Any]:
@@ -119,7 +134,7 @@ def _case_rows(case: TorchCase, rounds: int, sample_seconds: float, seed: int,
 
     backward = {"pytapp": both(pytapp.einsum), "torch": both(torch.einsum)}
     grads = backward["pytapp"]()
-    times = interleaved(backward, rounds, sample_seconds, seed)
+    times = interleaved(backward, rounds, sample_seconds, seed, sync)
     errors = {f"grad {i}": _error(g, w) for i, (g, w) in enumerate(zip(grads, wants,
                                                                        strict=True))}
     rows.append(TargetRow("torch", f"{case.name} forward+backward", "torch.einsum",
@@ -130,13 +145,14 @@ def _case_rows(case: TorchCase, rounds: int, sample_seconds: float, seed: int,
 
 def torch_rows(rounds: int = 5, cases: Sequence[TorchCase] | None = None,
                sample_seconds: float = SAMPLE_SECONDS,
-               progress: Callable[[str], None] | None = None) -> list[TargetRow]:
-    """Time every case forward and forward + backward; one row each."""
+               progress: Callable[[str], None] | None = None,
+               device: str = "cpu") -> list[TargetRow]:
+    """Time every case forward and forward + backward on ``device``; one row each."""
     rows: list[TargetRow] = []
     for seed, case in enumerate(cases if cases is not None else torch_cases()):
         if progress is not None:
             progress(case.name)
-        rows += _case_rows(case, rounds, sample_seconds, seed)
+        rows += _case_rows(case, rounds, sample_seconds, seed, device)
     return rows
 
 
@@ -155,15 +171,20 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def torch_markdown(rows: Sequence[TargetRow], plot: str | None = None) -> str:
+def torch_markdown(rows: Sequence[TargetRow], plot: str | None = None,
+                   device: str = "cpu") -> str:
     """Return a Markdown report: each case with both times and the ratio."""
     import torch
 
+    where = (f"{torch.get_num_threads()} threads" if device == "cpu" else
+             f"device {device} ({torch.cuda.get_device_name(device)}), each sample ended by a "
+             "synchronisation")
     lines = ["# pytapp.einsum against torch.einsum on torch tensors", "",
-             "`pytapp bench --suite torch`: float32 tensors, contenders interleaved in rounds "
+             f"`pytapp bench --suite torch{'' if device == 'cpu' else ' --device ' + device}`: "
+             "float32 tensors, contenders interleaved in rounds "
              "(each round times each once, in shuffled order; the fastest sample is kept). "
              "Ratio: torch.einsum's time over pytapp.einsum's (at least 1 meets the target). "
-             f"torch {torch.__version__}, {torch.get_num_threads()} threads.", ""]
+             f"torch {torch.__version__}, {where}.", ""]
     if plot:
         lines += [f"![torch]({plot})", ""]
     lines += ["| case | pytapp.einsum | torch.einsum | ratio | met | largest error |",
