@@ -50,8 +50,9 @@ __all__ = ["MATMUL_MAX_MADDS", "PROGRAM_CACHE_SIZE", "TorchProgram", "clear_cach
 
 #: Most programs the cache keeps (the oldest goes first).
 PROGRAM_CACHE_SIZE = 256
-#: Largest batched product (multiply-adds) that keeps several batch axes for one matmul
-#: instead of reshaping them into one for bmm (see ``_gemm``).
+#: Largest batched product (multiply-adds) on the CPU that keeps several batch axes for one
+#: matmul instead of reshaping them into one for bmm (see ``_gemm``; on a CUDA device matmul
+#: keeps them at every size).
 MATMUL_MAX_MADDS = 1 << 19
 
 #: One torch call of a program: a function of the tensor (or tensors) and fixed arguments.
@@ -214,8 +215,10 @@ def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
 class _Builder:
     """Lowers a :class:`Network`'s steps to torch calls, tracking each slot's labels."""
 
-    def __init__(self, equation: Equation, network: Network) -> None:
+    def __init__(self, equation: Equation, network: Network,
+                 matmul_max_madds: float = MATMUL_MAX_MADDS) -> None:
         self.equation, self.network = equation, network
+        self.matmul_max_madds = matmul_max_madds
         self.sizes = network.sizes
         self.labels: list[str] = []
         self.strides: list[tuple[int, ...]] = []
@@ -267,7 +270,7 @@ class _Builder:
         a_rest = self.ext([x for i, x in enumerate(al) if i not in lay.a_reduce])
         b_rest = self.ext([x for i, x in enumerate(bl) if i not in lay.b_reduce])
         a_target, b_target, combine, natural = (
-            _gemm(lay) if lay.kind is Kind.GEMM else self._elementwise(lay)
+            _gemm(lay, self.matmul_max_madds) if lay.kind is Kind.GEMM else self._elementwise(lay)
             if lay.kind is Kind.ELEMENTWISE else self._dot(lay))
         a_calls = self._reduce(lay.a_reduce) + _view(lay.a_perm, a_rest, a_target, lay.swap)
         b_calls = self._reduce(lay.b_reduce) + _view(lay.b_perm, b_rest, b_target, lay.swap)
@@ -317,7 +320,7 @@ class _Builder:
         return calls
 
 
-def _gemm(lay: GemmLayout) -> _Lowered:
+def _gemm(lay: GemmLayout, matmul_max_madds: float = MATMUL_MAX_MADDS) -> _Lowered:
     """Lower a (batched) matrix product; vectors where A or B has no free label nor batch."""
     # Batch labels fuse into one axis (a view when their strides allow, as in torch.einsum):
     # bmm, where matmul would loop over the batch on some layouts. Small products with several
@@ -325,10 +328,13 @@ def _gemm(lay: GemmLayout) -> _Lowered:
     # which saves the operands' and the result's reshapes (Python-level torch calls: an
     # attention-score product of 2x4x32x16 took 12.0 us against 12.6 as reshapes and bmm).
     # On larger ones bmm on the fused views is the faster kernel (3.33 against 3.51 ms at
-    # 4x12x256x64): see MATMUL_MAX_MADDS.
+    # 4x12x256x64 on the CPU): see MATMUL_MAX_MADDS. On a CUDA device matmul folds the batch
+    # labels into the same bmm at every size, and the host's time per torch call is what
+    # such a product costs: matmul always (attention scores of 4x12x256x64 on an H100: 26.6 us
+    # as reshapes and bmm against 26.0 us for torch.einsum).
     fn: Callable[..., Any]
     if (len(lay.h) > 1 and len(lay.fa) == len(lay.fb) == len(lay.p) == 1
-            and prod(lay.h_shape) * lay.m * lay.n * lay.k <= MATMUL_MAX_MADDS):
+            and prod(lay.h_shape) * lay.m * lay.n * lay.k <= matmul_max_madds):
         fn = _matmul_swapped if lay.swap else torch.matmul
         natural = (*lay.h_shape, *((lay.n, lay.m) if lay.swap else (lay.m, lay.n)))
         return (*lay.h_shape, lay.m, lay.k), (*lay.h_shape, lay.k, lay.n), (fn, ()), natural
@@ -395,11 +401,12 @@ def _tensors(operands: Sequence[Any], dtype: Any) -> list[Any]:
 def _build(subscripts: str, tensors: Sequence[Any], optimize: Any, memory_limit: Any,
            dtype: Any) -> TorchProgram:
     compute = _result_dtype(tensors, dtype)
-    _device(tensors)
+    device = _device(tensors)
     equation = parse_subscripts(subscripts, [t.dim() for t in tensors])
     network = Network(equation, [tuple(t.shape) for t in tensors], optimize=optimize,
                       memory_limit=memory_limit)
-    builder = _Builder(equation, network)
+    builder = _Builder(equation, network,
+                       MATMUL_MAX_MADDS if device.type == "cpu" else float("inf"))
     prepare = tuple(builder.prepare(i, t, compute) for i, t in enumerate(tensors))
     last = len(network.steps) - 1
     steps = tuple(builder.step(st.a, st.b, st.out_labels, k == last)
@@ -504,9 +511,9 @@ def einsum(subscripts: str, operands: Sequence[Any], *, out: Any = None,
     Raises
     ------
     TappError
-        As for :func:`pytapp.einsum`; 20 for operands on different devices or an ``out`` of
-        another shape or a dtype the result cannot be cast to; 18 for ``out=`` with operands
-        that require grad.
+        As for :func:`pytapp.einsum`; 20 for operands on different devices or an ``out`` on
+        another device, of another shape or of a dtype the result cannot be cast to; 18 for
+        ``out=`` with operands that require grad.
 
     Examples
     --------
@@ -539,6 +546,10 @@ def _store(out: Any, result: Any, operands: Sequence[Any]) -> Any:
         raise error_for(ErrorCode.UNSUPPORTED,
                         "out= is not supported for tensors that require grad; assign the "
                         "result instead")
+    if out.device != result.device:
+        raise error_for(ErrorCode.OPERAND_MISMATCH,
+                        f"out is on device {out.device} but the operands are on "
+                        f"{result.device}; give an out on the operands' device")
     if tuple(out.shape) != tuple(result.shape):
         raise error_for(ErrorCode.OPERAND_MISMATCH,
                         f"out has shape {tuple(out.shape)} but the result has shape "
