@@ -200,8 +200,9 @@ class EinsumExpression:
     def __init__(self, subscripts: str, *shapes_or_arrays: Any, optimize: Any = "auto",
                  memory_limit: Any = None, backend: str | None = None,
                  dtype: Any = None) -> None:
-        shapes = [tuple(int(v) for v in x) if _is_shape(x) else to_numpy(x, f"operand {i}").shape
-                  for i, x in enumerate(shapes_or_arrays)]
+        # a tensor's shape without viewing its memory (which may be on a device)
+        shapes = [tuple(int(v) for v in x) if _is_shape(x) else tuple(x.shape) if is_torch(x)
+                  else to_numpy(x, f"operand {i}").shape for i, x in enumerate(shapes_or_arrays)]
         self.subscripts = subscripts
         self.equation: Equation = parse_subscripts(subscripts, [len(s) for s in shapes])
         # The result in the layout its last product writes (numpy.einsum returns such views

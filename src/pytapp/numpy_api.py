@@ -732,8 +732,75 @@ def einsum_expression(subscripts: str, *shapes_or_arrays: Any, optimize: Any = "
     >>> expr(np.ones((2, 3)), np.ones((3, 2))).tolist()
     [[3.0, 3.0], [3.0, 3.0]]
     """
-    return EinsumExpression(subscripts, *shapes_or_arrays, optimize=optimize,
-                            memory_limit=memory_limit, backend=backend, dtype=dtype)
+    return _UserExpression(subscripts, *shapes_or_arrays, optimize=optimize,
+                           memory_limit=memory_limit, backend=backend, dtype=dtype)
+
+
+class _UserExpression(EinsumExpression):
+    """The expression :func:`einsum_expression` returns: torch tensors as :func:`einsum` runs them.
+
+    With the default, ``auto`` or ``torch`` backend, tensors of floating or complex dtypes run
+    as torch calls on views along the expression's path (CPU and CUDA alike, differentiated by
+    autograd); with another backend, tensors that require grad go through the
+    ``pytapp::einsum`` operator. Everything else runs the expression's TAPP network. (The
+    expressions the front ends keep for themselves are plain :class:`EinsumExpression`: the
+    operator's forward runs one of them on tensors that no longer require grad.)
+    """
+
+    def __init__(self, subscripts: str, *shapes_or_arrays: Any, optimize: Any = "auto",
+                 memory_limit: Any = None, backend: str | None = None,
+                 dtype: Any = None) -> None:
+        super().__init__(subscripts, *shapes_or_arrays, optimize=optimize,
+                         memory_limit=memory_limit, backend=backend, dtype=dtype)
+        self._requested, self._requested_dtype = backend, dtype
+        #: The torch programs of this expression's path, per operand layout (shape, strides,
+        #: dtype, device of each tensor).
+        self._programs: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, *operands: Any, out: Any = None) -> Any:
+        """Contract the operands (see :meth:`EinsumExpression.__call__`)."""
+        if any(is_torch(x) for x in operands):
+            shapes = self.network.shapes
+            for i, x in enumerate(operands[:len(shapes)]):
+                if is_torch(x) and tuple(x.shape) != shapes[i]:
+                    raise error_for(ErrorCode.OPERAND_MISMATCH,
+                                    f"operand {i} has shape {tuple(x.shape)} but the expression "
+                                    f"was compiled for {shapes[i]}; compile another expression")
+            if (len(operands) == len(shapes) and self._requested in _TORCH_CALLS
+                    and _torch_datatypes(operands)):
+                if out is None and all(is_torch(x) for x in operands):
+                    program = self._torch_program(operands)
+                    if program is not None:
+                        return program(operands)
+                return _torch_calls()(self.subscripts, operands, out=out, optimize=self.path,
+                                      dtype=self._requested_dtype)
+            if _needs_torch_op(operands):
+                if out is not None:
+                    raise error_for(ErrorCode.UNSUPPORTED,
+                                    "out= is not supported for tensors that require grad; "
+                                    "assign the result instead")
+                from pytapp.interop.torch_op import einsum_op
+
+                return einsum_op(self.subscripts, list(operands), self._requested)
+        return super().__call__(*operands, out=out)
+
+    def _torch_program(self, tensors: Sequence[Any]) -> Any:
+        """Return the torch program of these layouts (``None`` under ``torch.compile``)."""
+        key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+        found = self._programs.get(key)
+        if found is None:
+            import torch
+
+            from pytapp.interop.torch_einsum import plan
+
+            if torch.compiler.is_compiling():  # the pytapp::einsum operator (through einsum)
+                return None
+            found = plan(self.subscripts, tensors, optimize=self.path,
+                         dtype=self._requested_dtype)
+            if len(self._programs) >= THIN_CACHE_SIZE:
+                self._programs.clear()
+            self._programs[key] = found
+        return found
 
 
 def _ndim(x: Any) -> int:

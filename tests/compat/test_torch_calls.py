@@ -10,62 +10,21 @@ from typing import Any
 
 import numpy as np
 import pytest
-from einsum_cases import NUMPY_BROADCAST, NUMPY_SUMS, NUMPY_VIEWS, OPT_EINSUM, TORCH, Case
+from einsum_cases import Case
 
 import pytapp
 
 torch = pytest.importorskip("torch")
+from torch_oracle import (  # noqa: E402  (needs torch)
+    CASES,
+    GRAD_ORACLE,
+    TORCH_ORACLE,
+    assert_close,
+    operands,
+    relayout,
+)
+
 from pytapp.interop import torch_einsum  # noqa: E402  (needs torch)
-
-CASES = [c for c in TORCH + NUMPY_BROADCAST + NUMPY_VIEWS + OPT_EINSUM + NUMPY_SUMS[::3]
-         if c[1][0] is not None]  # a tensor first: the torch path (scalars first: below)
-#: Cases torch.einsum itself computes (no Python scalars, no size-1 broadcasting).
-TORCH_ORACLE = [c for c in TORCH + OPT_EINSUM if all(s is not None for s in c[1])
-                and c[0] not in ("...,...", "ij,ij->")]
-#: Those with something to differentiate (empty operands: the values tests).
-GRAD_ORACLE = [c for c in TORCH_ORACLE if all(0 not in s for s in c[1] if s is not None)]
-
-
-def operands(shapes: list[tuple[int, ...] | None], dtype: Any, seed: int = 0) -> list[Any]:
-    gen = torch.Generator().manual_seed(seed)
-    ops: list[Any] = []
-    for s in shapes:
-        if s is None:
-            ops.append(0.5)
-            continue
-        t = torch.rand(s, dtype=dtype, generator=gen) * 2 - 1
-        ops.append(t)
-    return ops
-
-
-def relayout(t: Any, how: str) -> Any:
-    """The same values in another memory layout: modes reversed in memory, or strided."""
-    if not isinstance(t, torch.Tensor) or t.dim() == 0:
-        return t
-    if how == "reversed":
-        return t.permute(*reversed(range(t.dim()))).contiguous().permute(
-            *reversed(range(t.dim())))
-    if how == "strided":
-        big = torch.zeros([2 * n for n in t.shape], dtype=t.dtype)
-        view = big[tuple(slice(None, None, 2) for _ in t.shape)]
-        view.copy_(t)
-        return view
-    return t
-
-
-def wide(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        x = x.resolve_conj().resolve_neg()
-        return x.to(torch.complex128 if x.is_complex() else torch.float64).numpy()
-    return x
-
-
-def assert_close(got: Any, equation: str, ops: list[Any], bound: float) -> None:
-    args = [wide(x) for x in ops]
-    want = np.einsum(equation, *args)
-    scale = np.einsum(equation, *[np.abs(x) for x in args])
-    err = np.abs(np.asarray(wide(got)) - want)
-    assert np.all(err <= bound * np.maximum(scale, 1e-300)), (equation, float(err.max()))
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "reversed", "strided"])
@@ -264,6 +223,10 @@ def test_out() -> None:
     assert err.value.code == 20
     with pytest.raises(pytapp.OperandMismatchError):
         pytapp.einsum("ij,jk->ik", a.to(torch.complex128), b, out=torch.empty(3, 5))
+    with pytest.raises(pytapp.OperandMismatchError) as err:  # no copy across devices
+        pytapp.einsum("ij,jk->ik", a, b, out=torch.empty(3, 5, dtype=torch.float64,
+                                                          device="meta"))
+    assert "device" in str(err.value)
 
 
 @pytest.mark.parametrize(("call", "code"), [
@@ -292,10 +255,40 @@ def test_torch_compile_of_a_view_result() -> None:
     torch.testing.assert_close(compiled(x), x.mT * 2)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_tensors_stay_on_the_device() -> None:
-    for equation, shapes in TORCH_ORACLE:
-        ops = [t.cuda() for t in operands(shapes, torch.float64)]
-        got = pytapp.einsum(equation, *ops)
-        assert got.is_cuda
-        assert_close(got.cpu(), equation, [t.cpu() for t in ops], 1e-12)
+def test_expressions_run_tensors_as_torch_calls_with_gradients() -> None:
+    ops = operands([(3, 4), (4, 5), (5, 2)], torch.float64, seed=5)
+    expr = pytapp.einsum_expression("ij,jk,kl->il", (3, 4), (4, 5), (5, 2))
+    leaves = [t.clone().requires_grad_(True) for t in ops]
+    refs = [t.clone().requires_grad_(True) for t in ops]
+    got = expr(*leaves)
+    assert got.grad_fn is not None and "pytapp" not in got.grad_fn.name()
+    want = torch.einsum("ij,jk,kl->il", *refs)
+    torch.testing.assert_close(got, want)
+    grad = torch.rand(want.shape, dtype=want.dtype, generator=torch.Generator().manual_seed(6))
+    for m, t in zip(torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, refs, grad),
+                    strict=True):
+        torch.testing.assert_close(m, t)
+    # the expression's path, planned once per layout
+    assert torch_einsum.plan("ij,jk,kl->il", ops, optimize=expr.path) is torch_einsum.plan(
+        "ij,jk,kl->il", ops, optimize=list(expr.path))
+    with pytest.raises(pytapp.OperandMismatchError) as err:
+        expr(ops[0], ops[1], torch.rand(5, 3, dtype=torch.float64))
+    assert "compiled for" in str(err.value)
+
+
+def test_expressions_on_a_named_backend_keep_gradients_through_the_operator() -> None:
+    a, b = operands([(3, 4), (4, 5)], torch.float64, seed=7)
+    expr = pytapp.einsum_expression("ij,jk->ik", (3, 4), (4, 5), backend="blas")
+    leaf = a.clone().requires_grad_(True)
+    got = expr(leaf, b)
+    assert "pytapp" in got.grad_fn.name()
+    (grad,) = torch.autograd.grad(got.sum(), [leaf])
+    torch.testing.assert_close(grad, b.sum(1).expand(3, 4))
+    assert_close(expr(a, b), "ij,jk->ik", [a, b], 1e-12)  # no grad: the TAPP network
+
+
+def test_expressions_take_shapes_from_tensors_without_reading_them() -> None:
+    meta = [torch.ones(2, 3, device="meta"), torch.ones(3, 4, device="meta")]
+    expr = pytapp.einsum_expression("ij,jk->ik", *meta)  # no memory to view on this device
+    a, b = operands([(2, 3), (3, 4)], torch.float64)
+    assert_close(expr(a, b), "ij,jk->ik", [a, b], 1e-12)
