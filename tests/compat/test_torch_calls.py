@@ -292,3 +292,29 @@ def test_expressions_take_shapes_from_tensors_without_reading_them() -> None:
     expr = pytapp.einsum_expression("ij,jk->ik", *meta)  # no memory to view on this device
     a, b = operands([(2, 3), (3, 4)], torch.float64)
     assert_close(expr(a, b), "ij,jk->ik", [a, b], 1e-12)
+
+
+def test_view_chains_fold_into_one_view_without_gradients() -> None:
+    # operands that start inside their storage (offsets), in layouts a chain has to permute
+    big = torch.rand(40, 8, 40, dtype=torch.complex128)
+    awb = big[3:35, 1:6, 2:34]
+    env = ("awb,asc,wstv,btd->cvd", [awb, torch.rand(32, 2, 32, dtype=torch.complex128),
+                                     torch.rand(6, 2, 2, 5, dtype=torch.complex128)[1:].conj(),
+                                     torch.rand(32, 2, 32, dtype=torch.complex128)])
+    equation, ops = env
+    program = torch_einsum.plan(equation, ops)
+    folded = program.folded_calls()
+    assert any("as_strided" in c for c in folded) and len(folded) < len(program.calls())
+    assert_close(pytapp.einsum(equation, *ops), equation, ops, 1e-12)
+    # with gradients the chains run as they are (their backward, not as_strided's)
+    leaf = ops[1].clone().requires_grad_(True)
+    got = pytapp.einsum(equation, ops[0], leaf, *ops[2:])
+    assert_close(got, equation, [ops[0], leaf, *ops[2:]], 1e-12)
+    names = []
+    todo = [got.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is not None:
+            names.append(fn.name())
+            todo += [f for f, _ in fn.next_functions]
+    assert not any("AsStrided" in n for n in names)

@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -102,13 +103,22 @@ def _einsum1(x: Any, equation: str) -> Any:
     return torch.einsum(equation, x)
 
 
+def _strided(x: Any, size: tuple[int, ...], stride: tuple[int, ...]) -> Any:
+    """Return the view a chain of permutes, reshapes and transposes makes (same offset)."""
+    return x.as_strided(size, stride)
+
+
+#: Calls that a chain may fold into one ``as_strided`` when together they make a view.
+_VIEW_CALLS = (torch.Tensor.permute, torch.Tensor.reshape, _transpose)
+
+
 _NAMES: dict[Any, str] = {
     torch.Tensor.permute: "permute", torch.Tensor.reshape: "reshape", torch.Tensor.sum: "sum",
     torch.Tensor.squeeze: "squeeze", torch.Tensor.to: "to", _einsum1: "einsum",
     _transpose: "mT", torch.matmul: "matmul", torch.mm: "mm", torch.bmm: "bmm", torch.mv: "mv",
     torch.dot: "dot", _mm_swapped: "mm (swapped)", _bmm_swapped: "bmm (swapped)",
     _matmul_swapped: "matmul (swapped)", _mul: "mul",
-    _mul_sum: "mul+sum",
+    _mul_sum: "mul+sum", _strided: "as_strided",
 }
 
 
@@ -131,20 +141,31 @@ class TorchProgram:
     ``prepare`` holds each operand's calls (cast, broadcast axes dropped, diagonal taken);
     ``steps`` the pairwise products, each appending its result to the list of slots. ``run``
     makes these calls in order, as one generated Python function (nothing is interpreted
-    per call).
+    per call). ``folded`` (when given) are the same steps with each chain of view calls
+    (permute, reshape, transpose) that stays a view replaced by one ``as_strided`` to the
+    view it makes: one torch call instead of several, run when no operand needs gradients
+    (autograd differentiates the chains themselves, whose backward is cheaper).
     """
 
     equation: str
     prepare: tuple[tuple[Call, ...], ...]
     steps: tuple[TorchStep, ...]
+    folded: tuple[TorchStep, ...] | None = None
     run: Callable[[Sequence[Any]], Any] = field(init=False, repr=False, compare=False)
+    run_folded: Callable[[Sequence[Any]], Any] | None = field(init=False, repr=False,
+                                                              compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "run", _compile(self.prepare, self.steps))
+        object.__setattr__(self, "run_folded", None if self.folded is None else
+                           _compile(self.prepare, self.folded))
 
     def __call__(self, operands: Sequence[Any]) -> Any:
         """Run the program on tensors of the layouts it was planned for."""
-        return self.run(operands)
+        fast = self.run_folded
+        if fast is None or (torch.is_grad_enabled() and any(t.requires_grad for t in operands)):
+            return self.run(operands)
+        return fast(operands)
 
     def calls(self) -> list[str]:
         """Return the torch calls of the program, in order, as text (for reading plans)."""
@@ -165,6 +186,12 @@ class TorchProgram:
                 text += show(((st.combine[0], ()),), "")
             text += show(st.out_calls, "")
         return text
+
+    def folded_calls(self) -> list[str]:
+        """Return the calls run without gradients (:meth:`calls` when nothing folds)."""
+        if self.folded is None:
+            return self.calls()
+        return dataclasses.replace(self, steps=self.folded, folded=None).calls()
 
 
 def _compile(prepare: tuple[tuple[Call, ...], ...],
@@ -411,7 +438,54 @@ def _build(subscripts: str, tensors: Sequence[Any], optimize: Any, memory_limit:
     last = len(network.steps) - 1
     steps = tuple(builder.step(st.a, st.b, st.out_labels, k == last)
                   for k, st in enumerate(network.steps))
-    return TorchProgram(subscripts, prepare, steps)
+    return TorchProgram(subscripts, prepare, steps, _fold_views(tensors, prepare, steps))
+
+
+def _apply(x: Any, calls: tuple[Call, ...]) -> Any:
+    for fn, args in calls:
+        x = fn(x, *args)
+    return x
+
+
+def _fold_chain(x: Any, calls: tuple[Call, ...]) -> tuple[tuple[Call, ...], Any]:
+    """Return ``calls``, folded into one ``as_strided`` where they make a view of ``x``.
+
+    Also returns what they give on ``x``.
+    """
+    result = _apply(x, calls)
+    root = x if x._base is None else x._base
+    if (len(calls) > 1 and all(fn in _VIEW_CALLS for fn, _ in calls) and result._base is root
+            and result.storage_offset() == x.storage_offset()):
+        return ((_strided, (tuple(result.shape), tuple(result.stride()))),), result
+    return calls, result
+
+
+def _fold_views(tensors: Sequence[Any], prepare: tuple[tuple[Call, ...], ...],
+                steps: tuple[TorchStep, ...]) -> tuple[TorchStep, ...] | None:
+    """Return ``steps`` with their operands' view chains folded (``None``: nothing folds).
+
+    The program runs once on meta tensors of the operands' exact layouts: each chain's input
+    then has the strides torch gives it on real data (meta kernels compute strides as the
+    real ones do), and a chain folds only when its result is a view of that input.
+    """
+    try:
+        slots = [_apply(torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype,
+                                            device="meta"), calls)
+                 for t, calls in zip(tensors, prepare, strict=True)]
+        folded, changed = [], False
+        for st in steps:
+            a_calls, x = _fold_chain(slots[st.a], st.a_calls)
+            b_calls = st.b_calls
+            if st.b is not None and st.combine is not None:
+                b_calls, y = _fold_chain(slots[st.b], st.b_calls)
+                fn, args = st.combine
+                x = fn(x, y, *args)
+            slots.append(_apply(x, st.out_calls))
+            changed |= a_calls != st.a_calls or b_calls != st.b_calls
+            folded.append(dataclasses.replace(st, a_calls=a_calls, b_calls=b_calls))
+    except (RuntimeError, NotImplementedError, TypeError):  # an op without a meta kernel
+        return None
+    return tuple(folded) if changed else None
 
 
 def _key(subscripts: Any, operands: Sequence[Any], optimize: Any, memory_limit: Any,
