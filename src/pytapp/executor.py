@@ -20,11 +20,16 @@ from pytapp.attributes import Attr, TappObject
 from pytapp.errors import ErrorCode, error_for
 from pytapp.status import Completion
 
-__all__ = ["Executor", "default_memory_limit", "register_runner", "runner_for", "thread_scope"]
+__all__ = ["Executor", "default_memory_limit", "register_runner", "runner_for", "runner_kind",
+           "thread_scope"]
 
-#: Distributed runners by kind ("dask"), registered by the module that implements them.
+#: Runners by kind ("dask": a cluster, "device": a torch device), registered by the module
+#: that implements them.
 _RUNNERS: dict[str, Callable[[Any], Any]] = {}
-_RUNNER_MODULES = {"dask": "pytapp.dask"}
+_RUNNER_MODULES = {"dask": "pytapp.dask", "device": "pytapp.interop.torch_device"}
+_RUNNER_NEEDS = {"dask": ("executors on a dask cluster need dask and distributed",
+                          "pytapp[dask]"),
+                 "device": ("executors on a device need torch", "pytapp[torch]")}
 
 
 def register_runner(kind: str, factory: Callable[[Any], Any]) -> None:
@@ -36,22 +41,35 @@ def register_runner(kind: str, factory: Callable[[Any], Any]) -> None:
     _RUNNERS[kind] = factory
 
 
+def runner_kind(executor: Executor | None) -> str | None:
+    """Return the kind of runner ``executor`` needs (``None``: it runs in this process's CPU).
+
+    >>> runner_kind(Executor()), runner_kind(Executor(device="cuda:0"))
+    (None, 'device')
+    """
+    if executor is None:
+        return None
+    if executor.dask is not None:
+        return "dask"
+    return None if executor.device == "cpu" else "device"
+
+
 def runner_for(executor: Executor) -> Any:
-    """Return the distributed runner of ``executor`` (its module imported on first use).
+    """Return the runner of ``executor``: a cluster's or a device's, imported on first use.
 
     Raises
     ------
     UnsupportedError
         Code 18 when the runner's library is not installed.
     """
-    kind = "dask"
+    kind = runner_kind(executor) or "dask"
     if kind not in _RUNNERS:
         try:
             importlib.import_module(_RUNNER_MODULES[kind])
         except ImportError as exc:
+            what, extra = _RUNNER_NEEDS[kind]
             raise error_for(ErrorCode.UNSUPPORTED,
-                            f"executors on a {kind} cluster need {kind} and distributed: "
-                            "pip install 'pytapp[dask]'") from exc
+                            f"{what}: pip install '{extra}'") from exc
     return _RUNNERS[kind](executor)
 
 

@@ -33,7 +33,7 @@ from pytapp.backends.base import BackendPlan
 from pytapp.backends.verify import VerifiedPlan
 from pytapp.datatypes import ElementOp
 from pytapp.errors import ErrorCode, error_for
-from pytapp.executor import Executor, runner_for, thread_scope
+from pytapp.executor import Executor, runner_for, runner_kind, thread_scope
 from pytapp.handle import Handle
 from pytapp.kernels.program import compile_product
 from pytapp.operands import Binder, BoundProduct, bind_batch
@@ -405,7 +405,7 @@ class TensorProduct(TappObject):
             return self._run_default(plan, bound)
         self.check_alive()
         ex = self._executor(executor)
-        if ex is not None and ex.dask is not None:  # block by block on a cluster
+        if ex is not None and runner_kind(ex) is not None:  # on a cluster, or on a device
             result: Status = runner_for(ex).execute(self, alpha, a, b, beta, c, d)
             return result
         bound = self._binder.bind(alpha, a, b, beta, c, d)
@@ -468,6 +468,9 @@ class TensorProduct(TappObject):
                 f"batched lists have lengths A={len(a)}, B={len(b)}, C={len(cs)}, D={len(d)}; "
                 "give every operand list the same length",
             )
+        if ex is not None and runner_kind(ex) == "device":
+            found: Status = runner_for(ex).execute_batched(self, alpha, a, b, beta, cs, d)
+            return found
         bounds = bind_batch(self._binder, alpha, a, b, beta, cs, d)
         total = Status(backend=self.backend_name, algorithm=self.algorithm, products=0)
         for bound in bounds:

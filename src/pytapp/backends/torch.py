@@ -261,7 +261,11 @@ class TorchBackend(Stateless):
         return self._lib.available()
 
     def plan(self, spec: ContractionSpec, executor: Executor | None) -> TorchPlan:
-        """Check capabilities and the executor's device."""
+        """Check capabilities and the executor's device; return the host plan.
+
+        Executions on a device executor run through :mod:`pytapp.interop.torch_device`
+        (the executor's runner), on the same spec.
+        """
         self.capabilities.require(spec, self.name)
         torch = self._lib.load()
         device = "cpu" if executor is None else executor.device
@@ -273,9 +277,4 @@ class TorchBackend(Stateless):
                     f"device {device!r} is not available to torch here (CUDA available: "
                     f"{cuda}); use device 'cpu'",
                 )
-            raise error_for(
-                ErrorCode.UNSUPPORTED,
-                "CUDA execution needs device-resident operands, which this build binds "
-                "only on the CPU; use device 'cpu'",
-            )
-        return TorchPlan(spec, torch, device)
+        return TorchPlan(spec, torch, "cpu")

@@ -77,25 +77,82 @@ def _scenario(inst: Instance) -> Scenario | None:
                          f"{', '.join(sorted(SCENARIOS))}") from None
 
 
-def execute_instance(inst: Instance, backend: str, threads: int | None = None) -> None:
+class _Tensors:
+    """An instance's operands as torch tensors on a device, over copies of their allocations.
+
+    Each allocation (parent) becomes one flat tensor on the device; an operand is the view
+    its NumPy view is (the descriptor's extents and strides at the same offset), or, where
+    strides are negative, the flat storage from its element [0, ..., 0] on (TAPP's other way
+    to pass data). :meth:`write_back` copies D's allocations back for judging.
+    """
+
+    def __init__(self, inst: Instance, device: str) -> None:
+        import torch
+
+        from pytapp.datatypes import torch_view
+
+        self.torch, self.device = torch, device
+        self._view = torch_view
+        self._flat: dict[int, tuple[np.ndarray, Any]] = {}
+        self.items = [{r: self.tensor(it.get(r)) for r in "ABCD"} for it in inst.items]
+        self._outputs = [it.d.parent for it in inst.items]
+
+    def tensor(self, data: OperandData | None) -> Any:
+        if data is None:
+            return None
+        key = id(data.parent)
+        if key not in self._flat:
+            copy = np.array(data.parent, copy=True).reshape(-1)
+            self._flat[key] = (data.parent, self._view(copy).to(self.device))
+        flat = self._flat[key][1]
+        view = np.asarray(data.view)
+        item = view.itemsize
+        first = data.offset_bytes // item
+        if any(s < 0 for s in view.strides):
+            return flat[first:]
+        return self.torch.as_strided(flat, view.shape, [s // item for s in view.strides], first)
+
+    def write_back(self) -> None:
+        from pytapp.datatypes import numpy_view
+
+        for parent in self._outputs:
+            flat = self._flat[id(parent)][1]
+            np.copyto(parent, numpy_view(flat.cpu()).reshape(parent.shape), casting="unsafe")
+
+
+def execute_instance(inst: Instance, backend: str, threads: int | None = None,
+                     device: str | None = None, tensors: bool = False) -> None:
     """Create the plan and run it as the instance (and its scenario) says.
 
-    ``threads`` runs it on an executor with that thread count.
+    ``threads`` runs it on an executor with that thread count, ``device`` on an executor on
+    that device; ``tensors`` hands the operands as torch tensors on ``device`` (default CPU)
+    instead of NumPy views (the allocations are copied there, and D's copied back).
     """
     item = inst.items[0]
     roles = item.roles()
     options: dict[str, Any] = {f"op_{r.lower()}": inst.ops.get(r, 0) for r in "ABCD"}
     options.update(prec=inst.prec, allow_broadcast=inst.allow_broadcast)
+    moved = _Tensors(inst, device or "cpu") if tensors else None
     call = Call(inst, item, backend, infos={r: _info(x) for r, x in roles.items()},
                 labels=dict(inst.labels), options=options,
-                data={r: item.view(r) for r in "ABCD"}, alpha=inst.alpha, beta=inst.beta,
-                executor=None if threads is None else Executor(threads=threads))
+                data=moved.items[0] if moved else {r: item.view(r) for r in "ABCD"},
+                alpha=inst.alpha, beta=inst.beta,
+                executor=None if threads is None and device is None else Executor(
+                    threads=threads, device=device or "cpu"))
+    try:
+        _execute(inst, call, moved)
+    finally:
+        if moved is not None:
+            moved.write_back()
+
+
+def _execute(inst: Instance, call: Call, moved: _Tensors | None) -> None:
     scenario = _scenario(inst)
     if scenario is not None:
         scenario.before_plan(call)
     c_info = call.infos["C"]
     call.plan = TensorProduct(
-        Handle(backend),
+        Handle(call.backend),
         call.info("A"), call.labels["A"], call.info("B"), call.labels["B"],
         c_info, call.labels["C"] if c_info is not None else None,
         call.info("D"), call.labels["D"],
@@ -107,10 +164,11 @@ def execute_instance(inst: Instance, backend: str, threads: int | None = None) -
             scenario.run(call)
             return
     if inst.batched:
+        items: list[dict[str, Any]] = (moved.items if moved is not None else
+                                       [{r: it.view(r) for r in "ABCD"} for it in inst.items])
         call.plan.execute_batched(
-            call.alpha, [it.a.view for it in inst.items], [it.b.view for it in inst.items],
-            call.beta, [it.view("C") for it in inst.items], [it.d.view for it in inst.items],
-            call.executor)
+            call.alpha, [it["A"] for it in items], [it["B"] for it in items], call.beta,
+            [it["C"] for it in items], [it["D"] for it in items], call.executor)
         return
     d = call.data
     call.plan.execute(call.alpha, d["A"], d["B"], call.beta, d["C"], d["D"], call.executor)
@@ -129,11 +187,13 @@ def _unchanged(inst: Instance, before: list[np.ndarray]) -> bool:
 
 
 def run_instance(inst: Instance, backend: str, threads: int | None = None,
-                 expected: list[Expected] | None = None) -> Outcome:
+                 expected: list[Expected] | None = None, device: str | None = None,
+                 tensors: bool = False) -> Outcome:
     """Run one instance on ``backend`` and judge it (never raises for a backend's fault).
 
     ``expected``: the expectation of each batch item when it comes from elsewhere (a fixture
-    file); by default the oracle computes it.
+    file); by default the oracle computes it. ``device`` and ``tensors``: as for
+    :func:`execute_instance`.
     """
     desc = inst.describe()
     before = _snapshot(inst)
@@ -142,7 +202,7 @@ def run_instance(inst: Instance, backend: str, threads: int | None = None,
         if inst.expected_code is None:
             expected = [expected_result(inst, it) for it in inst.items]
     try:
-        execute_instance(inst, backend, threads)
+        execute_instance(inst, backend, threads, device, tensors)
     except TappError as exc:
         if inst.expected_code is not None and exc.code == inst.expected_code:
             if not _unchanged(inst, before):
