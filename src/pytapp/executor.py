@@ -113,7 +113,8 @@ class Executor(TappObject):
     threads
         Threads for BLAS/OpenMP pools during a product; ``None`` keeps the libraries' setting.
     device
-        ``'cpu'`` or a device string a backend understands (``'cuda:0'``).
+        ``'cpu'``, or a torch device (``'cuda:0'``): products then run there as torch calls
+        (:mod:`pytapp.interop.torch_device`), on device tensors or host data.
     verify
         Also run the reference backend and raise error 137 on disagreement.
     autotune

@@ -120,7 +120,7 @@ class TensorInfo(AttributeStore):
 
     @classmethod
     def from_array(cls, array: Any) -> TensorInfo:
-        """Describe a NumPy array (or array-like with ``dtype``, ``shape``, ``strides``).
+        """Describe a NumPy array, a torch tensor (on any device) or another array-like.
 
         Raises
         ------
@@ -129,6 +129,10 @@ class TensorInfo(AttributeStore):
         """
         if isinstance(array, np.ndarray):
             arr = array
+        elif callable(getattr(array, "stride", None)) and hasattr(array, "requires_grad"):
+            # a torch tensor, on any device: its layout, without touching its memory
+            return cls(datatype_of_data(array, "the array"), tuple(array.shape),
+                       tuple(array.stride()))
         elif hasattr(array, "__dlpack__") or hasattr(array, "requires_grad"):
             from pytapp.operands import to_ndarray  # same layer: binding knows tensors
 

@@ -202,3 +202,8 @@ def test_rounding_of_float64_to_16_bits_is_correct(target: str, step: float,
     np.testing.assert_array_equal(got, np.array(want))
     plain = x.to(getattr(torch, target)).double().numpy()  # a cast rounds twice
     assert (plain != np.array(want)).any()
+
+
+def test_tensor_info_from_a_tensor_reads_its_layout_not_its_memory() -> None:
+    info = pytapp.TensorInfo.from_array(torch.empty(3, 4, device="meta").mT)
+    assert (info.datatype, info.extents, info.strides) == (pytapp.Datatype.F32, (4, 3), (1, 4))
