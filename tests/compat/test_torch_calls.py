@@ -4,7 +4,6 @@ float64/complex128 on the same values; gradients: torch.autograd of torch.einsum
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from torch_oracle import (  # noqa: E402  (needs torch)
     GRAD_ORACLE,
     TORCH_ORACLE,
     assert_close,
+    check_threads_share_programs,
     operands,
     relayout,
 )
@@ -167,24 +167,7 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_threads_share_programs() -> None:
-    shapes = [((n, 4), (4, n + 1)) for n in range(1, 6)]
-    errors: list[BaseException] = []
-
-    def work(seed: int) -> None:
-        try:
-            for i in range(40):
-                sa, sb = shapes[(seed + i) % len(shapes)]
-                a, b = torch.rand(sa, dtype=torch.float64), torch.rand(sb, dtype=torch.float64)
-                assert_close(pytapp.einsum("ij,jk->ki", a, b), "ij,jk->ki", [a, b], 1e-12)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    check_threads_share_programs("cpu", 40)
 
 
 def test_torch_thread_count_is_left_alone() -> None:

@@ -5,7 +5,6 @@ on the device. Skipped where torch sees no CUDA device (run on one by the GPU ch
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from torch_oracle import (  # noqa: E402  (needs torch)
     GRAD_ORACLE,
     TORCH_ORACLE,
     assert_close,
+    check_threads_share_programs,
     operands,
     relayout,
 )
@@ -107,24 +107,7 @@ def test_operands_on_two_devices_are_refused() -> None:
 
 
 def test_threads_share_programs() -> None:
-    shapes = [((n, 4), (4, n + 1)) for n in range(1, 6)]
-    errors: list[BaseException] = []
-
-    def work(seed: int) -> None:
-        try:
-            for i in range(20):
-                sa, sb = shapes[(seed + i) % len(shapes)]
-                a, b = operands([sa, sb], torch.float64, seed=seed * 100 + i, device=CUDA)
-                assert_close(pytapp.einsum("ij,jk->ki", a, b), "ij,jk->ki", [a, b], 1e-12)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    check_threads_share_programs(CUDA, 20)
 
 
 def test_torch_compile_on_the_device() -> None:

@@ -7,6 +7,7 @@ test sees the same values as its CPU twin; results come back to the CPU for the 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -67,3 +68,27 @@ def assert_close(got: Any, equation: str, ops: list[Any], bound: float) -> None:
     scale = np.einsum(equation, *[np.abs(x) for x in args])
     err = np.abs(np.asarray(wide(got)) - want)
     assert np.all(err <= bound * np.maximum(scale, 1e-300)), (equation, float(err.max()))
+
+
+def check_threads_share_programs(device: str, calls: int) -> None:
+    """16 threads contract ``ij,jk->ki`` on five shapes at once, each result checked."""
+    shapes = [((n, 4), (4, n + 1)) for n in range(1, 6)]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        import pytapp
+
+        try:
+            for i in range(calls):
+                sa, sb = shapes[(seed + i) % len(shapes)]
+                a, b = operands([sa, sb], torch.float64, seed=seed * 1000 + i, device=device)
+                assert_close(pytapp.einsum("ij,jk->ki", a, b), "ij,jk->ki", [a, b], 1e-12)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
