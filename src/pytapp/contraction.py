@@ -20,6 +20,7 @@ import numpy as np
 
 from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of_data, promote
 from pytapp.errors import ErrorCode, TappError, error_for
+from pytapp.executor import Executor
 from pytapp.handle import CachedPlan, Handle, default_backend_name
 from pytapp.operands import to_ndarray
 from pytapp.precision import Prectype, as_prectype
@@ -171,6 +172,34 @@ def leased_handle(name: str) -> Handle:
             return handle
 
 
+def _device_of(given: dict[str, Any]) -> Any:
+    """Return the device of the operands that are tensors off the CPU (``None``: none are)."""
+    for x in given.values():
+        device = getattr(x, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu" and callable(
+                getattr(x, "stride", None)):
+            return device
+    return None
+
+
+def _device_zeros(extents: list[int], datatype: Datatype, device: Any) -> Any:
+    import torch
+
+    return torch.zeros(extents, dtype=getattr(torch, datatype.numpy_dtype.name), device=device)
+
+
+#: One executor per device (str) that ``contract`` runs tensors on.
+_device_executors: dict[str, Executor] = {}
+
+
+def _device_executor(device: Any) -> Executor:
+    name = str(device)
+    found = _device_executors.get(name)
+    if found is None:
+        found = _device_executors.setdefault(name, Executor(device=name))
+    return found
+
+
 def contract(
     expr: str,
     a: ArrayLike,
@@ -198,7 +227,9 @@ def contract(
     expr
         ``'ik,kj->ij'``: labels of A, B and D (and C, which has D's labels).
     a, b
-        Input arrays (NumPy, buffers or DLPack tensors).
+        Input arrays (NumPy, buffers or DLPack tensors). Torch tensors on a device (CUDA)
+        are contracted there: D is allocated on that device and the product runs on an
+        executor of it (:mod:`pytapp.interop.torch_device`).
     c
         Optional addend with D's shape. ``beta`` defaults to 1 when ``c`` is given, else 0.
     out
@@ -268,13 +299,15 @@ def contract(
         if given[role] is None:
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"{role} is None; pass an array for {role}")
-    views: dict[str, np.ndarray] = {}
+    views: dict[str, Any] = {}
     dts: dict[str, Datatype] = {}
+    device = _device_of(given)
     for role, x in given.items():
         if x is None:
             continue
         dts[role] = datatype_of_data(x, role)
-        views[role] = to_ndarray(x, dts[role], role)
+        # tensors on a device are described as they lie (their memory stays there)
+        views[role] = x if device is not None else to_ndarray(x, dts[role], role)
     labels = {"A": la, "B": lb, "C": ld, "D": ld}
     for role, v in views.items():
         if v.ndim != len(labels[role]):
@@ -300,7 +333,8 @@ def contract(
                     "to give its extent and set allow_broadcast=True",
                 )
         d_dt = promote(*dts.values())
-        result: Any = np.zeros(extents, dtype=d_dt.numpy_dtype)
+        result: Any = (np.zeros(extents, dtype=d_dt.numpy_dtype) if device is None else
+                       _device_zeros(extents, d_dt, device))
         views["D"] = result
         given["D"] = result
     else:
@@ -323,7 +357,8 @@ def contract(
     finally:
         handle.unlease()  # the entry's lease holds the handle from here
     try:
-        found.plan.execute(alpha, given["A"], given["B"], beta, given["C"], given["D"])
+        found.plan.execute(alpha, given["A"], given["B"], beta, given["C"], given["D"],
+                           None if device is None else _device_executor(device))
     finally:
         cache.unlease(found)
     if fast_key is not None:

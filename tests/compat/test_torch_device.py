@@ -207,3 +207,24 @@ def test_rounding_of_float64_to_16_bits_is_correct(target: str, step: float,
 def test_tensor_info_from_a_tensor_reads_its_layout_not_its_memory() -> None:
     info = pytapp.TensorInfo.from_array(torch.empty(3, 4, device="meta").mT)
     assert (info.datatype, info.extents, info.strides) == (pytapp.Datatype.F32, (4, 3), (1, 4))
+
+
+def test_contract_runs_device_tensors_on_their_device() -> None:
+    meta = torch.empty(3, 4, dtype=torch.float64, device="meta")
+    with pytest.raises(pytapp.ExecutorError) as err:  # routed to a device executor: refused
+        pytapp.contract("ij,jk->ik", meta, torch.empty(4, 2, dtype=torch.float64, device="meta"))
+    assert err.value.code == 33 and "meta" in str(err.value)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_contract_on_cuda_tensors() -> None:
+    a, b, c, d = _operands("cuda")
+    got = pytapp.contract("ij,jk->ik", a, b, c, alpha=2.0, beta=0.5)
+    assert got.is_cuda and got.dtype == torch.float64
+    np.testing.assert_allclose(got.cpu().numpy(), 2.0 * a.cpu().numpy() @ b.cpu().numpy()
+                               + 0.5 * c.cpu().numpy(), rtol=1e-13)
+    assert pytapp.contract("ij,jk->ik", a, b, out=d) is d
+    np.testing.assert_allclose(d.cpu().numpy(), a.cpu().numpy() @ b.cpu().numpy(), rtol=1e-13)
+    with pytest.raises(pytapp.TappError) as err:
+        pytapp.contract("ij,jk->ik", a, b, backend="blas")
+    assert err.value.code == 33
