@@ -11,6 +11,7 @@ from pytapp import backends, kernels
 from pytapp.backends import blas
 from pytapp.backends.reference import ReferenceBackend, ReferencePlan
 from pytapp.conformance import CASES, run, run_case
+from pytapp.conformance.runner import run_instance
 from pytapp.executor import Executor
 from pytapp.operands import BoundProduct
 from pytapp.status import Status
@@ -46,6 +47,29 @@ def test_case_on_compiled_kernels(number: int, stream: bool,
     monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
     outcomes = run_case(number, "blas", range(SEEDS))
     _assert_no_failures(outcomes)
+
+
+@pytest.mark.parametrize("number", sorted(CASES))
+def test_case_on_summed_gemms(number: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """blas running every product whose contracted labels do not fuse as GEMMs looped over
+    summed labels (normally only from 2 Mflop on), on one and on three workers."""
+    from pytapp.analysis import cost, program, viewgemm
+
+    monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
+    monkeypatch.setattr(viewgemm, "SUMMED_MIN_MADDS", 1)
+    # copies priced out of reach: the route is taken wherever it exists
+    monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
+    viewgemm.summed_view_gemm.cache_clear()
+    program._lower.cache_clear()
+    try:
+        for threads in (1, 3):
+            outcomes = [run_instance(CASES[number].make(seed), "blas", threads=threads)
+                        for seed in range(SEEDS)]
+            _assert_no_failures(outcomes)
+    finally:
+        viewgemm.summed_view_gemm.cache_clear()
+        program._lower.cache_clear()
 
 
 class _OffByOnePlan(ReferencePlan):

@@ -319,3 +319,87 @@ def test_a_scalar_product_with_a_converted_c(alpha: float, dtype: type) -> None:
     plan.execute(alpha, a, b, -2.0, c, d)
     want = np.float64(alpha) * -15.0 - 2.0 * 7.0  # in F64, rounded once when stored
     assert d == np.asarray(want).astype(dtype)
+
+
+@pytest.mark.parametrize(("expr", "summed"), [
+    ("klcd,klad->ac", ("k", "l")),  # d fuses, k l do not fuse with it: GEMMs over (k, l)
+    ("kcld,kald->ca", ("k",)),      # l and d fuse: the GEMMs loop over k alone
+    ("hkcd,hkad->hac", ("k",)),     # with a batch label kept in D
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("epilogue", ["plain", "alpha_beta", "c_is_d", "conj_d", "d_columns"])
+def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dtype: type,
+                                         epilogue: str, monkeypatch: pytest.MonkeyPatch
+                                         ) -> None:
+    """Contracted labels that do not fuse: GEMMs on views looped over some of them, summed
+    into D by the summed-GEMM kernel (on 1, 2 or 3 workers), exact on integer data."""
+    from pytapp.analysis import cost, viewgemm
+
+    monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
+    monkeypatch.setattr(viewgemm, "SUMMED_MIN_MADDS", 1)
+    # copies priced out of reach: the route is taken wherever it exists
+    monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
+    viewgemm.summed_view_gemm.cache_clear()
+    sizes = {"k": 3, "l": 4, "a": 7, "c": 6, "d": 5, "h": 2}
+    rng = np.random.default_rng(33)
+    la, lb = expr.split("->")[0].split(",")
+    ld = expr.split("->")[1]
+    a, b, c = (_ints(rng, labels, sizes, dtype).astype(dtype) for labels in (la, lb, ld))
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    want = np.einsum(expr, a.astype(wide), b.astype(wide))
+    info = pytapp.TensorInfo.from_array
+    shape = [sizes[ch] for ch in ld]
+    d = np.full(shape, np.nan, dtype=dtype)
+    if epilogue == "d_columns":
+        d = np.full(shape[::-1], np.nan, dtype=dtype).T
+    try:
+        for workers in (1, 2, 3):
+            with pytapp.Handle("blas") as h:
+                ex = h.create_executor(threads=workers)
+                if epilogue in ("plain", "d_columns"):
+                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
+                                                ld)
+                    status = plan.execute(1.0, a, b, 0.0, None, d, ex)
+                    expected = want
+                elif epilogue == "alpha_beta":
+                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(c), ld,
+                                                info(d), ld)
+                    status = plan.execute(2.0, a, b, -3.0, c, d, ex)
+                    expected = 2 * want - 3 * c.astype(wide)
+                elif epilogue == "c_is_d":
+                    d[...] = c
+                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(d), ld,
+                                                info(d), ld)
+                    status = plan.execute(2.0, a, b, -3.0, d, d, ex)
+                    expected = 2 * want - 3 * c.astype(wide)
+                else:
+                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
+                                                ld, op_d=pytapp.ElementOp.CONJUGATE)
+                    status = plan.execute(1.0, a, b, 0.0, None, d, ex)
+                    expected = np.conjugate(want)
+            assert f"summed after over {', '.join(summed)}" in status.algorithm, status.algorithm
+            np.testing.assert_array_equal(d, expected)
+            d[...] = np.nan
+    finally:
+        viewgemm.summed_view_gemm.cache_clear()
+
+
+def test_summed_gemm_kernel_splits_the_sum_across_workers() -> None:
+    """No kept batch and few rows of D: the workers share the summed GEMMs, each but the first
+    into a partial D of its own, added after (every datatype, D in either order)."""
+    from pytapp.kernels.program import summed_gemm, summed_gemm_available
+
+    if not summed_gemm_available():
+        pytest.skip("the compiled extension is not built")
+    rng = np.random.default_rng(34)
+    for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+        left = _ints(rng, "klad", {"k": 5, "l": 7, "a": 9, "d": 64}, dtype).astype(dtype)
+        right = _ints(rng, "kldc", {"k": 5, "l": 7, "d": 64, "c": 11}, dtype).astype(dtype)
+        wide = np.complex128 if np.iscomplexobj(left) else np.float64
+        want = np.einsum("klad,kldc->ac", left.astype(wide), right.astype(wide))
+        for order in ("C", "F"):
+            for workers in (1, 2, 3, 8):
+                d = np.full((9, 11), np.nan, dtype=dtype, order=order)
+                assert summed_gemm(d, left, right, 2, workers)
+                np.testing.assert_array_equal(d, want)

@@ -30,7 +30,7 @@ from math import prod
 
 from pytapp.analysis.cost import MachineModel, view_gemm_seconds
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
-from pytapp.analysis.viewgemm import ViewGemm, view_gemms
+from pytapp.analysis.viewgemm import ViewGemm, summed_view_gemm, view_gemms
 from pytapp.datatypes import Datatype
 
 __all__ = ["GemmStep", "Lowered", "PackStep", "Step", "lower"]
@@ -344,6 +344,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     dt = _uniform(spec)
     if dt is None:
         return None
+    if gemm and summed_view_gemm(spec) is not None:
+        return None  # GEMMs looped over summed labels: the blas plan's summed-GEMM kernel
     ops = spec.operands
     if any(len(op.labels) > MAX_LABELS for op in ops):
         return None

@@ -29,17 +29,26 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from math import prod
 
+from pytapp.analysis.cost import MachineModel, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.labels import LabelClasses
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 
-__all__ = ["MatrixView", "ViewGemm", "view_gemms"]
+__all__ = ["SUMMED_MIN_FLOPS", "SUMMED_MIN_MADDS", "MatrixView", "ViewGemm", "summed_view_gemm",
+           "view_gemms"]
 
 Label = Hashable
 #: A group of labels fused in place: their order, and each operand's fused stride.
 Fused = tuple[tuple[Label, ...], list[int]]
 #: Most free (and, separately, summed) labels moved into the loop.
 MAX_LOOPED = 3
+#: Fewest flops of a product run as GEMMs looped over summed labels (the summed-GEMM kernel,
+#: called by the blas plan): below, the compiled executor's packed TTGT costs less than that
+#: plan's call (klcd,klad->ac at o=8, v=32, 4.2 Mflop: 75 us summed against 0.66 ms packed;
+#: at o=6, v=24, 1 Mflop: 28 us against 32, two cores).
+SUMMED_MIN_FLOPS = 1 << 21
+#: ... and fewest multiply-adds of each of those GEMMs.
+SUMMED_MIN_MADDS = 1 << 13
 
 
 @dataclass(frozen=True)
@@ -110,8 +119,10 @@ def view_gemms(spec: ContractionSpec) -> list[ViewGemm]:
     Only plain contractions qualify: contracted labels, no isolated or broadcast labels.
     Only the mappings that loop over the fewest free labels are listed: looping over one more
     label only splits the same GEMMs into more, smaller calls. When the contracted labels do
-    not fuse, the fewest of them that leave the others fusing are looped over too, as
-    ``reduced`` batch labels (``kbcd,kd->bc``: 12 GEMVs ``(bc x d) (d)``, summed after).
+    not fuse, every set of at most :data:`MAX_LOOPED` of them that leaves the others fusing
+    is looped over too, as ``reduced`` batch labels (``kbcd,kd->bc``: 12 GEMVs
+    ``(bc x d) (d)``, summed after; ``klcd,klad->ac``: 144 GEMMs ``(a x d) (d x c)`` over
+    ``k, l``, where looping over ``d`` alone leaves dot products): the cost model chooses.
     The blas backend and the compiled executor's lowering both ask, so the answer is
     remembered per spec.
     """
@@ -127,16 +138,16 @@ def _view_gemms(spec: ContractionSpec) -> tuple[ViewGemm, ...]:
     sa, sb, sd = _strides(spec.a), _strides(spec.b), _strides(spec.d)
     free = [x for x in (*cls.FA, *cls.FB) if ext[x] > 1]
     summed = [x for x in cls.P if ext[x] > 1]
+    found: list[ViewGemm] = []
     for size in range(min(MAX_LOOPED, len(summed)) + 1):
-        found: list[ViewGemm] = []
         for reduced in itertools.combinations(summed, size):
             kept = [x for x in cls.P if x not in reduced]
             inner = _fuse(kept, ext, [sa, sb])  # the same whatever free label is looped over
             if inner is not None:
                 found += _free_loops(cls, ext, free, (sa, sb, sd), reduced, (tuple(kept), inner))
-        if found:
-            return tuple(found)
-    return ()
+        if found and size == 0:
+            return tuple(found)  # nothing summed afterwards: these are the ones
+    return tuple(found)
 
 
 def _free_loops(cls: LabelClasses, ext: dict[Label, int], free: list[Label],
@@ -172,3 +183,51 @@ def _free_loops(cls: LabelClasses, ext: dict[Label, int], free: list[Label],
                 reduced=len(reduced),
             ))
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def summed_view_gemm(spec: ContractionSpec) -> ViewGemm | None:
+    """Return the mapping to run as GEMMs looped over summed labels, or ``None``.
+
+    The product's contracted labels do not fuse in place (no mapping without summed loops),
+    A and B are not conjugated (BLAS reads them as they are), the product has at least
+    :data:`SUMMED_MIN_FLOPS` and each GEMM at least :data:`SUMMED_MIN_MADDS`: then its GEMMs,
+    accumulated into D by the summed-GEMM kernel on every core, read A and B where they lie
+    where TTGT would copy both (``klcd,klad->ac`` at o=12, v=48: 144 GEMMs of 48^3 in 0.35 ms
+    against 1.35 ms packed, two cores). The blas plan runs it and the compiled executor's
+    lowering leaves such products to it: one decision for both. The cost model chooses among
+    the mappings, and against TTGT with the copies it cannot avoid (``ijab,kjcb->ikac`` at
+    16 x 32: 8192 GEMMs of 16 x 16 x 32 against one of 256 x 256 x 1024: TTGT).
+
+    Examples
+    --------
+    >>> from pytapp.datatypes import Datatype
+    >>> from pytapp.analysis.spec import build_spec
+    >>> F, o, v = Datatype.F64, 12, 48
+    >>> op = (F, (o, o, v, v), (o * v * v, v * v, v, 1))
+    >>> spec = build_spec(a=(*op, "klcd", 0), b=(*op, "klad", 0),
+    ...                   c=(F, (v, v), (v, 1), "ac", 0), d=(F, (v, v), (v, 1), "ac", 0), prec=-1)
+    >>> g = summed_view_gemm(spec)
+    >>> g.batch[:g.reduced], g.calls, (g.m, g.n, g.k)
+    (('k', 'l'), 144, (48, 48, 48))
+    """
+    if spec.flops < SUMMED_MIN_FLOPS or spec.a.conjugates or spec.b.conjugates:
+        return None
+    found = view_gemms(spec)
+    if any(not g.reduced for g in found):
+        return None
+    model, cplx = MachineModel(), spec.rule.is_complex
+    fit = [g for g in found if g.m * g.n * g.k >= SUMMED_MIN_MADDS]
+    best = min(fit, default=None,
+               key=lambda g: view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx))
+    if best is None:
+        return None
+    # TTGT copies at least the operands whose contracted labels do not fuse in place
+    cls, item = spec.classes, spec.rule.real.itemsize * (2 if cplx else 1)
+    ext = {x: spec.extent(x) for x in cls.P}
+    copied = sum(op.size * item for op in (spec.a, spec.b)
+                 if _fuse(list(cls.P), ext, [_strides(op)]) is None)
+    ttgt = ttgt_seconds(spec.size(cls.FA), spec.size(cls.FB), spec.size(cls.P),
+                        spec.size(cls.H), copied, 0, model, cplx)
+    summed = view_gemm_seconds(best.m, best.n, best.k, best.calls, model, cplx)
+    return best if summed < ttgt else None

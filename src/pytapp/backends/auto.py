@@ -299,8 +299,12 @@ class AutoPlan:
 
     @property
     def compiled(self) -> bool:
-        """Whether the compiled executor may run this product: when blas is the choice."""
-        return self.choice == "blas"
+        """Whether the compiled executor may run this product.
+
+        When blas is the choice and its plan lets it (not when it runs a kernel of its own,
+        such as summed GEMMs).
+        """
+        return self.choice == "blas" and bool(getattr(self.plans.get("blas"), "compiled", True))
 
     def __init__(self, spec: ContractionSpec, candidates: dict[str, Backend], choice: str,
                  executor: Executor | None, predicted: dict[str, float] | None = None,

@@ -33,7 +33,7 @@ from pytapp.analysis.cost import MachineModel, Route, ttgt_seconds, view_gemm_se
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile, gemm_layout
-from pytapp.analysis.viewgemm import MatrixView, ViewGemm, view_gemms
+from pytapp.analysis.viewgemm import MatrixView, ViewGemm, summed_view_gemm, view_gemms
 from pytapp.backends.base import ALL_PRECTYPES, Capabilities, Stateless
 from pytapp.backends.threads import (
     default_threads,
@@ -45,7 +45,7 @@ from pytapp.backends.threads import (
 from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
 from pytapp.executor import Executor
-from pytapp.kernels.program import packed_gemm, summed_gemm
+from pytapp.kernels.program import packed_gemm, summed_gemm, summed_gemm_available
 from pytapp.operands import BoundProduct, same_layout
 from pytapp.precision import Prectype
 from pytapp.status import Status
@@ -447,6 +447,13 @@ class BlasPlan(Stateless):
         if self.reduce_ok and not blas_in_place:
             self.view_gemm = self._reducing_view_gemm()
             return Route.REDUCE if self.view_gemm is None else Route.VIEW_GEMM
+        if self.kind is Kind.GEMM and summed_gemm_available() and self._views_allowed():
+            # GEMMs looped over summed labels, accumulated by the summed-GEMM kernel: this
+            # plan runs them (the compiled executor's lowering leaves such products to it)
+            self.view_gemm = summed_view_gemm(self.spec)
+            if self.view_gemm is not None:
+                self.compiled = False
+                return Route.VIEW_GEMM
         self.view_gemm = self._choose_view_gemm() if self.kind is Kind.GEMM else None
         return Route.VIEW_GEMM if self.view_gemm is not None else None
 
@@ -553,18 +560,32 @@ class BlasPlan(Stateless):
                           conj_out=conj_d, threads=threads)
 
     def _run_reducing_view_gemm(self, bound: BoundProduct, threads: int | None) -> None:
-        """GEMMs over the looped summed labels into a temporary, summed into D; the epilogue."""
+        """Run the GEMMs over the looped summed labels, summed into D.
+
+        With an epilogue (alpha, C, op_D), into a temporary of D's shape first.
+        """
         g, spec = self._views(), self.spec
         r = g.reduced
         out = MatrixView(g.d.shape[r:], g.d.strides[r:])  # D without the summed loops
         d = _view(bound.d, out, writable=True)
         plain = bound.c is None and bound.alpha == 1 and not spec.d.conjugates
         workers = threads or default_threads()
-        if plain and summed_gemm(d, _view(bound.a, g.a), _view(bound.b, g.b), r, workers):
+        a, b = _view(bound.a, g.a), _view(bound.b, g.b)
+        if plain and summed_gemm(d, a, b, r, workers):
             if _log.isEnabledFor(logging.DEBUG):  # the GEMMs accumulated in D
                 _log.debug("blas summed %d GEMMs (m=%d, n=%d, k=%d) in D on %d threads",
                            g.calls, g.m, g.n, g.k, workers)
             return
+        if not plain and a.dtype == b.dtype == self.compute:
+            with scratch.lease():  # D's terms summed in a warm temporary, then the epilogue
+                total = scratch.empty(out.shape, self.compute)
+                if summed_gemm(total, a, b, r, workers):
+                    kernels.fused(d, total, None,
+                                  None if bound.c is None else _view(bound.c, out),
+                                  alpha=bound.alpha, beta=0 if bound.c is None else bound.beta,
+                                  conj_c=spec.c.conjugates, conj_out=spec.d.conjugates,
+                                  threads=threads)
+                    return
         with scratch.lease():  # the temporary: warm memory, given back
             t = np.matmul(_view(bound.a, g.a), _view(bound.b, g.b),
                           out=scratch.empty(g.d.shape, self.compute))

@@ -38,7 +38,8 @@ from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 
 __all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
-           "half_copy", "layout_key", "packed_gemm", "pool_map", "summed_gemm", "tiled_copy"]
+           "half_copy", "layout_key", "packed_gemm", "pool_map", "summed_gemm",
+           "summed_gemm_available", "tiled_copy"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -186,6 +187,11 @@ def summed_gemm(d: np.ndarray, left: np.ndarray, right: np.ndarray, summed: int,
         return False
     done: bool = _cexec.summed_gemm(d, left, right, summed, threads)
     return done
+
+
+def summed_gemm_available() -> bool:
+    """Whether :func:`summed_gemm` can run here (the extension and NumPy's CBLAS)."""
+    return _cexec is not None and blas_available()
 
 
 def pool_map(work: Callable[[int], object], count: int) -> bool:
