@@ -786,15 +786,15 @@ class _UserExpression(EinsumExpression):
 
     def _torch_program(self, tensors: Sequence[Any]) -> Any:
         """Return the torch program of these layouts (``None`` under ``torch.compile``)."""
+        import torch
+
+        if torch.compiler.is_compiling():  # the pytapp::einsum operator (through einsum)
+            return None
         key = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
         found = self._programs.get(key)
         if found is None:
-            import torch
-
             from pytapp.interop.torch_einsum import plan
 
-            if torch.compiler.is_compiling():  # the pytapp::einsum operator (through einsum)
-                return None
             found = plan(self.subscripts, tensors, optimize=self.path,
                          dtype=self._requested_dtype)
             if len(self._programs) >= THIN_CACHE_SIZE:

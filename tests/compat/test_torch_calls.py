@@ -301,3 +301,12 @@ def test_view_chains_fold_into_one_view_without_gradients() -> None:
             names.append(fn.name())
             todo += [f for f, _ in fn.next_functions]
     assert not any("AsStrided" in n for n in names)
+
+
+def test_torch_compile_of_an_expression_called_before() -> None:
+    expr = pytapp.einsum_expression("ij,jk->ik", (3, 4), (4, 5))
+    x, y = operands([(3, 4), (4, 5)], torch.float64, seed=8)
+    first = expr(x, y)  # a program kept by the expression, then the same call compiled
+    compiled = torch.compile(lambda p, q: expr(p, q) * 2, fullgraph=True)
+    torch.testing.assert_close(compiled(x, y), first * 2)
+    assert_close(first, "ij,jk->ik", [x, y], 1e-12)
