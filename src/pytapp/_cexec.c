@@ -2041,11 +2041,10 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
             }
         }
     }
-    int w = 1;
     Py_BEGIN_ALLOW_THREADS
     const int outside = workers > 1 ? blas_single_enter() : 0;
     if (outside > 1 && g_pool_run && !g_in_pool) {
-        w = workers < outside ? workers : outside;
+        const int w = workers < outside ? workers : outside;
         const npy_intp total = by_sum ? sums : by_batch ? kept : m;
         for (int i = 0; i < w; ++i) {
             jobs[i] = job;
@@ -2068,7 +2067,6 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
     if (outside) blas_single_leave();
     Py_END_ALLOW_THREADS
     for (int i = 1; i < workers; ++i) free(partial[i]);
-    (void)w;
     Py_RETURN_TRUE;
 }
 

@@ -16,9 +16,10 @@ import pytapp
 torch = pytest.importorskip("torch")
 from torch_oracle import (  # noqa: E402  (needs torch)
     CASES,
+    DATATYPE_BOUNDS,
     GRAD_ORACLE,
-    TORCH_ORACLE,
     assert_close,
+    check_datatypes,
     check_threads_share_programs,
     operands,
     relayout,
@@ -37,15 +38,9 @@ def test_values_match_numpy_in_every_layout(case: Case, layout: str) -> None:
     assert_close(got, equation, ops, 1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "complex64", "complex128", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", sorted(DATATYPE_BOUNDS))
 def test_datatypes(dtype: str) -> None:
-    bound = {"float32": 2e-5, "complex64": 2e-5, "complex128": 1e-12, "float16": 2e-2,
-             "bfloat16": 8e-2}[dtype]
-    for equation, shapes in TORCH_ORACLE:
-        ops = operands(shapes, getattr(torch, dtype))
-        got = pytapp.einsum(equation, *ops)
-        assert got.dtype == getattr(torch, dtype)
-        assert_close(got, equation, ops, bound)
+    check_datatypes(dtype, "cpu")
 
 
 def test_conjugate_and_negative_views() -> None:

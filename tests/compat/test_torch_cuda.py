@@ -14,9 +14,10 @@ import pytapp
 torch = pytest.importorskip("torch")
 from torch_oracle import (  # noqa: E402  (needs torch)
     CASES,
+    DATATYPE_BOUNDS,
     GRAD_ORACLE,
-    TORCH_ORACLE,
     assert_close,
+    check_datatypes,
     check_threads_share_programs,
     operands,
     relayout,
@@ -38,15 +39,9 @@ def test_values_in_every_layout_stay_on_the_device(layout: str) -> None:
         assert_close(got, equation, ops, 1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "complex64", "complex128", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", sorted(DATATYPE_BOUNDS))
 def test_datatypes(dtype: str) -> None:
-    bound = {"float32": 2e-5, "complex64": 2e-5, "complex128": 1e-12, "float16": 2e-2,
-             "bfloat16": 8e-2}[dtype]
-    for equation, shapes in TORCH_ORACLE:
-        ops = operands(shapes, getattr(torch, dtype), device=CUDA)
-        got = pytapp.einsum(equation, *ops)
-        assert got.is_cuda and got.dtype == getattr(torch, dtype)
-        assert_close(got, equation, ops, bound)
+    check_datatypes(dtype, CUDA)
 
 
 def test_conjugate_and_negative_views() -> None:

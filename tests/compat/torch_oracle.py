@@ -92,3 +92,19 @@ def check_threads_share_programs(device: str, calls: int) -> None:
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+#: Datatypes of the torch tests, with the bound of each against the float64 oracle.
+DATATYPE_BOUNDS = {"float32": 2e-5, "complex64": 2e-5, "complex128": 1e-12, "float16": 2e-2,
+                   "bfloat16": 8e-2}
+
+
+def check_datatypes(dtype: str, device: str) -> None:
+    """Every einsum torch itself computes, in ``dtype`` on ``device``: result stays there."""
+    import pytapp
+
+    for equation, shapes in TORCH_ORACLE:
+        ops = operands(shapes, getattr(torch, dtype), device=device)
+        got = pytapp.einsum(equation, *ops)
+        assert got.device.type == torch.device(device).type and got.dtype == getattr(torch, dtype)
+        assert_close(got, equation, ops, DATATYPE_BOUNDS[dtype])
