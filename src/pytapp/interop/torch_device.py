@@ -45,34 +45,22 @@ import torch
 
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.backends.torch import TorchBackend
-from pytapp.datatypes import Datatype, numpy_view, torch_view
+from pytapp.datatypes import numpy_view, torch_view
 from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor, register_runner
 from pytapp.expression import is_torch
+from pytapp.interop.torch_einsum import torch_dtype
 from pytapp.operands import bind_array, convert_scalar
 from pytapp.status import Status
 
-__all__ = ["DeviceRunner", "round_exactly", "torch_dtype_of"]
+__all__ = ["DeviceRunner", "round_exactly"]
 
 #: Backends whose products a device executor runs (with torch, on the device).
 DEVICE_BACKENDS = ("torch", "auto")
 
-_TORCH_DTYPES = {
-    Datatype.F32: torch.float32, Datatype.F64: torch.float64, Datatype.C32: torch.complex64,
-    Datatype.C64: torch.complex128, Datatype.F16: torch.float16, Datatype.BF16: torch.bfloat16,
-}
 _tf32_lock = threading.Lock()
 #: What torch raises when a device allocation fails.
 _OUT_OF_MEMORY: type[BaseException] = getattr(torch, "OutOfMemoryError", MemoryError)
-
-
-def torch_dtype_of(datatype: Datatype) -> torch.dtype:
-    """Return the torch dtype that stores ``datatype``.
-
-    >>> torch_dtype_of(Datatype.C32)
-    torch.complex64
-    """
-    return _TORCH_DTYPES[datatype]
 
 
 def _odd_f32(x: Any) -> Any:
@@ -187,7 +175,7 @@ class DeviceRunner:
 
     def _device_tensor(self, x: Any, op: OperandSpec, writable: bool) -> _Operand:
         role = op.role
-        want = torch_dtype_of(op.datatype)
+        want = torch_dtype(op.datatype)
         if x.device != self.device:
             raise error_for(ErrorCode.OPERAND_MISMATCH,
                             f"{role} is on device {x.device} but the executor runs on "
@@ -277,14 +265,14 @@ class DeviceRunner:
     def _input(self, op: _Operand, spec: OperandSpec, rule: Any, compute: torch.dtype) -> Any:
         x = op.values()
         if rule.input_round is not None and spec.datatype.real is not rule.input_round:
-            x = _round_parts(x, torch_dtype_of(rule.input_round))
+            x = _round_parts(x, torch_dtype(rule.input_round))
         x = x.to(compute)
         return x.conj() if spec.conjugates else x
 
     def _result(self, spec: ContractionSpec, bound: _Bound) -> Any:
         """Return the product in D's merged-mode order and datatype (op_D applied)."""
         rule = spec.rule
-        real = {Datatype.F32: torch.float32, Datatype.F64: torch.float64}[rule.real]
+        real = torch_dtype(rule.real)
         compute = {torch.float32: torch.complex64, torch.float64: torch.complex128}[real] \
             if rule.is_complex else real
         labels = spec.d.modes.labels
@@ -311,7 +299,7 @@ class DeviceRunner:
         if r.is_complex() and not spec.d.datatype.is_complex:
             r = r.real
         r = r.permute([perm.index(i) for i in range(len(perm))])
-        target = torch_dtype_of(spec.d.datatype)
+        target = torch_dtype(spec.d.datatype)
         return _round_parts(r, _real_of(target)).to(target).resolve_conj()
 
     def _store(self, d: _Operand, r: Any) -> None:
