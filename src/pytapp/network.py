@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pytapp.analysis.labels import gemm_transposes
 from pytapp.analysis.subscripts import Equation
 from pytapp.datatypes import Datatype
 from pytapp.errors import ErrorCode, error_for
@@ -459,7 +460,11 @@ class Network:
         ``ir,jkr->ijk`` is one GEMM on views); a step that sums writes without a copy the
         layouts of its GEMM (batch labels, then one operand's free labels, then the other's),
         and takes the reader's when it is one of those (a bilinear layer's ``bi,oij->boj``
-        then ``boj,bj->bo`` is a batched GEMV on views).
+        then ``boj,bj->bo`` is a batched GEMV on views). Where a summing step can write both
+        orders of the reader's groups, the one whose two GEMMs transpose fewer operands
+        (:func:`gemm_transposes`) is taken: a CCSD term's ``klcd,cdij->klij`` then
+        ``abkl,klij->abij`` multiplies row-major operands twice, where ``ijkl`` transposed
+        three.
         """
         for k in range(len(steps) - 1):
             st = steps[k]  # as an earlier iteration left it (it may read what one wrote)
@@ -475,14 +480,23 @@ class Network:
             other = reader.b_labels if reader.a == st.out else reader.a_labels
             batch = [ch for ch in other if ch in mine and ch in reader.out_labels]
             summed = [ch for ch in other if ch in mine and ch not in reader.out_labels]
-            labels = "".join([*batch, *(ch for ch in mine if ch not in other), *summed])
-            if labels == st.out_labels:
-                continue
+            own = [ch for ch in mine if ch not in other]
+            # the reader's GEMM reads either order of its groups in place
+            wanted = ["".join([*batch, *own, *summed]), "".join([*batch, *summed, *own])]
             if sums:  # a GEMM writes its two groups of free labels in either order, no other
                 keep = set(st.out_labels)
-                if labels not in (Network._natural(st.a_labels, st.b_labels, keep),
-                                  Network._natural(st.b_labels, st.a_labels, keep)):
-                    continue
+                written = (Network._natural(st.a_labels, st.b_labels, keep),
+                           Network._natural(st.b_labels, st.a_labels, keep))
+                wanted = [w for w in wanted if w in written]
+            else:  # an elementwise kernel: the reader's summed labels last, read in order
+                del wanted[1:]  # (a CP's jr,kr->rjk ran 6% slower than jr,kr->jkr)
+            if not wanted:
+                continue
+            transposed = [gemm_transposes(st.a_labels, st.b_labels, w)
+                          + gemm_transposes(other, w, reader.out_labels) for w in wanted]
+            labels = wanted[transposed.index(min(transposed))]  # the first on a tie
+            if labels == st.out_labels:
+                continue
             steps[k] = dataclasses.replace(st, out_labels=labels)
             if reader.a == st.out:
                 steps[j] = dataclasses.replace(reader, a_labels=labels)

@@ -85,3 +85,28 @@ def test_an_elementwise_intermediate_is_laid_out_for_the_gemm_that_reads_it() ->
     np.testing.assert_array_equal(expr(*ops), np.einsum("r,ir,jr,kr->ijk", *ops))
     algorithms = expr.info().algorithms
     assert "1 gemm on strided views" in algorithms[-1], algorithms
+
+
+def test_a_summed_intermediate_takes_the_order_both_gemms_read_as_they_lie() -> None:
+    """CCSD's klcd,cdij then abkl,(kl ij): the intermediate written (k, l, i, j) is the left
+    GEMM's natural result and the right operand the second GEMM reads row-major, where
+    (i, j, k, l) transposed both operands of the first GEMM and one of the second."""
+    o, v = 3, 4
+    shapes = [(o, o, v, v), (v, v, o, o), (v, v, o, o)]
+    ops = [_ints(s, k) for k, s in enumerate(shapes)]
+    expr = pytapp.einsum_expression("klcd,cdij,abkl->abij", *shapes, optimize=[(0, 1), (0, 1)])
+    steps = [str(s) for s in expr.network.steps]
+    assert steps == ["klcd,cdij->klij", "abkl,klij->abij"], steps
+    np.testing.assert_array_equal(expr(*ops), np.einsum("klcd,cdij,abkl->abij", *ops))
+    assert all("1 gemm on strided views" in a for a in expr.info().algorithms)
+
+
+@pytest.mark.parametrize(("a", "b", "d", "count"), [
+    ("ik", "kj", "ij", 0), ("ki", "kj", "ij", 2), ("ik", "jk", "ij", 1), ("ki", "jk", "ij", 3),
+    ("ik", "kj", "ji", 3), ("bik", "bkj", "bij", 0), ("bki", "bkj", "bij", 2),
+    ("ik", "k", "i", 0), ("ki", "k", "i", 2), ("ij", "jk", "ijk", 0),
+])
+def test_gemm_transposes_counts_operands_read_against_their_order(a: str, b: str, d: str,
+                                                                  count: int) -> None:
+    from pytapp.analysis.labels import gemm_transposes
+    assert gemm_transposes(a, b, d) == count
