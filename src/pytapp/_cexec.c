@@ -102,6 +102,7 @@ typedef struct {
     npy_intp bst[3][MAXL]; /* A, B, D byte strides of the batch labels */
     int swap, ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
+    int nsum; /* the first nsum batch labels are summed (D's stride 0): summed_run adds them */
     /* TTGT: pack A as [H][M][K] and B as [H][K][N] (summing isolated labels, applying op),
      * GEMMs into T [H][M][N], then D = op_D(alpha T + beta op_C(C)) over D's labels, with
      * T's strides (0 for broadcast labels) in tst. */
@@ -888,6 +889,9 @@ static double now(void) {
 
 /* Check the operands against the program and run it: 0 done, 1 not covered (nothing was
  * written; the caller binds them in Python), -1 a Python error is set. */
+static int run_summed(const Program *p, cval al, cval be, const char *A, const char *B,
+                      char *D);
+
 static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b_o,
                        PyObject *beta_o, PyObject *c_o, PyObject *d_o) {
     cval al, be;
@@ -915,6 +919,8 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
             if (p->st[2][l] != p->st[3][l] && p->ext[l] > 1) return 1;
         c_is_d = 1;
     }
+    /* summed GEMMs add into D itself: beta C only where C is D (else the general path) */
+    if (p->nsum && c && (!c_is_d || p->conj[2])) return 1;
     if (p->empty_d) return 0;
     const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
     const char *pc = c ? PyArray_BYTES(c) : NULL;
@@ -930,6 +936,10 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
         run_loop_split(p, al, be, pa, pb, pc, pd);
     } else if (p->kind == K_TTGT) {
         status = run_ttgt(p, al, be, pa, pb, pc, pd); /* 1: no scratch memory, D untouched */
+    } else if (p->nsum) {
+        const cval zero = {0.0, 0.0};
+        status = run_summed(p, al, pc ? be : zero, pa, pb, pd); /* 1: as for TTGT */
+        if (!status && p->conj[3]) run_conj(p, pd);
     } else {
         cval gbeta = {0.0, 0.0};
         if (pc && c_is_d && !p->conj[2]) {
@@ -1081,8 +1091,8 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (kind != K_LOOP) {
         PyObject *bext, *bsa, *bsb, *bsd;
         long long m, nn, k, lda, ldb, ldd;
-        if (!PyArg_ParseTuple(gemm, "OOOOiiiLLLLLL", &bext, &bsa, &bsb, &bsd, &p->swap, &p->ta,
-                              &p->tb, &m, &nn, &k, &lda, &ldb, &ldd))
+        if (!PyArg_ParseTuple(gemm, "OOOOiiiLLLLLLi", &bext, &bsa, &bsb, &bsd, &p->swap, &p->ta,
+                              &p->tb, &m, &nn, &k, &lda, &ldb, &ldd, &p->nsum))
             goto fail;
         if (read_intps(bext, p->bext, MAXL, &p->nb, "batch extents") ||
             read_intps(bsa, p->bst[0], MAXL, &n, "batch strides") ||
@@ -1095,6 +1105,11 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->lda = lda;
         p->ldb = ldb;
         p->ldd = ldd;
+        if (p->nsum < 0 || p->nsum > p->nb || (p->nsum && (kind != K_GEMM || p->ta == CONJ_TRANS
+                                                         || p->tb == CONJ_TRANS))) {
+            PyErr_SetString(PyExc_ValueError, "summed labels: a GEMM step on unconjugated views");
+            goto fail;
+        }
     }
     p->vcall = Program_call;
     p->status_type = (PyObject *)Py_TYPE(status);
@@ -1862,11 +1877,12 @@ typedef struct {
     npy_intp r0, r1;  /* and rows of D */
     npy_intp s0, s1;  /* and summed batch elements (flattened) */
     npy_intp lrow, drow; /* bytes from one row of L (of D) to the next */
+    cval al, be;         /* alpha of every GEMM; beta of a share's first (then one) */
 } SummedJob;
 
 static void summed_task(void *arg) {
     SummedJob *j = (SummedJob *)arg;
-    const cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    const cval one = {1.0, 0.0};
     const int64_t rows = j->r1 - j->r0;
     if (rows <= 0) return;
     for (npy_intp q = j->q0; q < j->q1; ++q) {
@@ -1889,11 +1905,11 @@ static void summed_task(void *arg) {
             r += idx[b] * j->rst[1][b];
         }
         for (npy_intp s = j->s0; s < j->s1; ++s) {
-            const cval be = s == j->s0 ? zero : one;
-            if (!gemv_try(j->dt, j->item, j->ta, j->tb, rows, j->n, j->k, one, l, j->lda, r,
+            const cval be = s == j->s0 ? j->be : one;
+            if (!gemv_try(j->dt, j->item, j->ta, j->tb, rows, j->n, j->k, j->al, l, j->lda, r,
                           j->ldb, be, d, j->ldd))
-                gemm_raw(j->dt, j->ta, j->tb, rows, j->n, j->k, one, l, j->lda, r, j->ldb, be,
-                         d, j->ldd);
+                gemm_raw(j->dt, j->ta, j->tb, rows, j->n, j->k, j->al, l, j->lda, r, j->ldb,
+                         be, d, j->ldd);
             for (int b = j->nr - 1; b >= 0; --b) {
                 if (++idx[b] < j->rext[b]) {
                     l += j->rst[0][b];
@@ -1923,6 +1939,67 @@ static void add_rows(int dt, char *D, npy_intp drow, const char *P, npy_intp m, 
             for (npy_intp e = 0; e < reals; ++e) d[e] += p[e];
         }
     }
+}
+
+/* Runs `job` (its s1 the count of summed elements) on up to `threads` workers, the GIL
+ * released: 0, or 1 when memory for partial sums ran out (nothing written). */
+static int summed_run(const SummedJob *tmpl, npy_intp m, npy_intp kept, int threads) {
+    SummedJob job = *tmpl;
+    const npy_intp sums = job.s1, n = job.n, k = job.k;
+    const int dt = job.dt;
+    const npy_intp item = job.item;
+    /* the workers share the kept batch elements where that balances (every worker as many,
+     * or at least four each), else D's rows where there are enough; with no kept batch and
+     * too few rows, the summed elements, each worker but the first into a partial D of its
+     * own, added to D after (klcd,klad->ac at o=12, v=48: 144 GEMMs of 48^3, 0.65 ms on one
+     * worker); else the batch anyway */
+    int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
+    const double flops = 2.0 * (double)m * (double)n * (double)k * (double)sums;
+    const int by_sum = kept == 1 && m < 2 * SUMMED_MIN_ROWS && sums >= 2 && workers > 1
+                       && flops >= SUMMED_SPLIT_MIN_FLOPS * workers;
+    const int by_batch = !by_sum && kept >= 2 && (kept % workers == 0 || kept >= 4 * workers
+                                                   || m < 2 * SUMMED_MIN_ROWS);
+    const npy_intp parts = by_sum ? sums : by_batch ? kept : m / SUMMED_MIN_ROWS;
+    if (workers > parts) workers = parts < 1 ? 1 : (int)parts;
+    SummedJob jobs[MAX_WORKERS];
+    char *partial[MAX_WORKERS] = {0};
+    if (by_sum) {
+        for (int i = 1; i < workers; ++i) {
+            partial[i] = scratch(m * n * item);
+            if (!partial[i]) {
+                for (int w = 1; w < i; ++w) free(partial[w]);
+                return 1;
+            }
+        }
+    }
+    const int outside = workers > 1 ? blas_single_enter() : 0;
+    if (outside > 1 && g_pool_run && !g_in_pool) {
+        const int w = workers < outside ? workers : outside;
+        const npy_intp total = by_sum ? sums : by_batch ? kept : m;
+        for (int i = 0; i < w; ++i) {
+            jobs[i] = job;
+            const npy_intp lo_i = total * i / w, hi_i = total * (i + 1) / w;
+            if (by_sum) {
+                jobs[i].s0 = lo_i, jobs[i].s1 = hi_i;
+                if (i > 0) {
+                    jobs[i].D = partial[i], jobs[i].drow = n * item, jobs[i].ldd = n;
+                    jobs[i].be.re = 0.0, jobs[i].be.im = 0.0;
+                }
+            } else if (by_batch) {
+                jobs[i].q0 = lo_i, jobs[i].q1 = hi_i;
+            } else {
+                jobs[i].r0 = lo_i, jobs[i].r1 = hi_i;
+            }
+        }
+        g_pool_run(w, (void *)summed_task, jobs, (int)sizeof(SummedJob));
+        if (by_sum)
+            for (int i = 1; i < w; ++i) add_rows(dt, job.D, job.drow, partial[i], m, n);
+    } else {
+        summed_task(&job);
+    }
+    if (outside) blas_single_leave();
+    for (int i = 1; i < workers; ++i) free(partial[i]);
+    return 0;
 }
 
 /* summed_gemm(d, left, right, summed, threads) -> bool: d[..., m, n] = sum over the first
@@ -2017,57 +2094,62 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
     for (int i = 0; i < summed; ++i) sums *= job.rext[i];
     job.s0 = 0;
     job.s1 = sums;
-    /* the workers share the kept batch elements where that balances (every worker as many,
-     * or at least four each), else D's rows where there are enough; with no kept batch and
-     * too few rows, the summed elements, each worker but the first into a partial D of its
-     * own, added to D after (klcd,klad->ac at o=12, v=48: 144 GEMMs of 48^3, 0.65 ms on one
-     * worker); else the batch anyway */
-    int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
-    const double flops = 2.0 * (double)m * (double)n * (double)k * (double)sums;
-    const int by_sum = kept == 1 && m < 2 * SUMMED_MIN_ROWS && sums >= 2 && workers > 1
-                       && flops >= SUMMED_SPLIT_MIN_FLOPS * workers;
-    const int by_batch = !by_sum && kept >= 2 && (kept % workers == 0 || kept >= 4 * workers
-                                                   || m < 2 * SUMMED_MIN_ROWS);
-    const npy_intp parts = by_sum ? sums : by_batch ? kept : m / SUMMED_MIN_ROWS;
-    if (workers > parts) workers = parts < 1 ? 1 : (int)parts;
-    SummedJob jobs[MAX_WORKERS];
-    char *partial[MAX_WORKERS] = {0};
-    if (by_sum) {
-        for (int i = 1; i < workers; ++i) {
-            partial[i] = scratch(m * n * item);
-            if (!partial[i]) {
-                for (int w = 1; w < i; ++w) free(partial[w]);
-                return PyErr_NoMemory();
-            }
-        }
-    }
+    job.al.re = 1.0, job.al.im = 0.0, job.be.re = 0.0, job.be.im = 0.0;
+    int failed;
     Py_BEGIN_ALLOW_THREADS
-    const int outside = workers > 1 ? blas_single_enter() : 0;
-    if (outside > 1 && g_pool_run && !g_in_pool) {
-        const int w = workers < outside ? workers : outside;
-        const npy_intp total = by_sum ? sums : by_batch ? kept : m;
-        for (int i = 0; i < w; ++i) {
-            jobs[i] = job;
-            const npy_intp lo_i = total * i / w, hi_i = total * (i + 1) / w;
-            if (by_sum) {
-                jobs[i].s0 = lo_i, jobs[i].s1 = hi_i;
-                if (i > 0) jobs[i].D = partial[i], jobs[i].drow = n * item, jobs[i].ldd = n;
-            } else if (by_batch) {
-                jobs[i].q0 = lo_i, jobs[i].q1 = hi_i;
-            } else {
-                jobs[i].r0 = lo_i, jobs[i].r1 = hi_i;
-            }
-        }
-        g_pool_run(w, (void *)summed_task, jobs, (int)sizeof(SummedJob));
-        if (by_sum)
-            for (int i = 1; i < w; ++i) add_rows(dt, job.D, job.drow, partial[i], m, n);
-    } else {
-        summed_task(&job);
-    }
-    if (outside) blas_single_leave();
+    failed = summed_run(&job, m, kept, threads);
     Py_END_ALLOW_THREADS
-    for (int i = 1; i < workers; ++i) free(partial[i]);
+    if (failed) return PyErr_NoMemory();
     Py_RETURN_TRUE;
+}
+
+/* The summed GEMMs of a compiled GEMM step (Program.nsum > 0) on bound operands: D =
+ * alpha sum(...) + beta D (beta 0: D is not read); 1 when memory ran out (D untouched). */
+static int run_summed(const Program *p, cval al, cval be, const char *A, const char *B,
+                      char *D) {
+    SummedJob job;
+    const int sw = p->swap, nk = p->nb - p->nsum;
+    job.dt = p->dtype;
+    job.item = p->item;
+    job.ta = p->ta;
+    job.tb = p->tb;
+    job.nr = p->nsum;
+    job.nk = nk;
+    job.n = p->n;
+    job.k = p->k;
+    job.lda = p->lda;
+    job.ldb = p->ldb;
+    job.ldd = p->ldd;
+    npy_intp kept = 1, sums = 1;
+    for (int i = 0; i < p->nb; ++i) {
+        const npy_intp sl = p->bst[sw ? 1 : 0][i], sr = p->bst[sw ? 0 : 1][i];
+        if (i < p->nsum) {
+            job.rext[i] = p->bext[i];
+            job.rst[0][i] = sl;
+            job.rst[1][i] = sr;
+            sums *= p->bext[i];
+        } else {
+            job.kext[i - p->nsum] = p->bext[i];
+            job.kst[0][i - p->nsum] = sl;
+            job.kst[1][i - p->nsum] = sr;
+            job.kst[2][i - p->nsum] = p->bst[2][i];
+            kept *= p->bext[i];
+        }
+    }
+    job.L = sw ? B : A;
+    job.R = sw ? A : B;
+    job.D = D;
+    job.lrow = p->ta == NO_TRANS ? p->lda * p->item : p->item;
+    job.drow = p->ldd * p->item;
+    job.q0 = 0;
+    job.q1 = kept;
+    job.r0 = 0;
+    job.r1 = p->m;
+    job.s0 = 0;
+    job.s1 = sums;
+    job.al = al;
+    job.be = be;
+    return summed_run(&job, p->m, kept, g_get_threads ? g_get_threads() : 1);
 }
 
 /* ------------------------------------------------------------------ Python work on the pool */

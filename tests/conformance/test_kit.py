@@ -52,7 +52,8 @@ def test_case_on_compiled_kernels(number: int, stream: bool,
 @pytest.mark.parametrize("number", sorted(CASES))
 def test_case_on_summed_gemms(number: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """blas running every product whose contracted labels do not fuse as GEMMs looped over
-    summed labels (normally only from 2 Mflop on), on one and on three workers."""
+    summed labels (normally only from 2 Mflop on): compiled (no executor), and on one and
+    on three workers."""
     from pytapp.analysis import cost, program, viewgemm
 
     monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
@@ -63,7 +64,7 @@ def test_case_on_summed_gemms(number: int, monkeypatch: pytest.MonkeyPatch) -> N
     viewgemm.summed_view_gemm.cache_clear()
     program._lower.cache_clear()
     try:
-        for threads in (1, 3):
+        for threads in (None, 1, 3):
             outcomes = [run_instance(CASES[number].make(seed), "blas", threads=threads)
                         for seed in range(SEEDS)]
             _assert_no_failures(outcomes)

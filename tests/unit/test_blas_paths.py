@@ -332,15 +332,18 @@ def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dty
                                          epilogue: str, monkeypatch: pytest.MonkeyPatch
                                          ) -> None:
     """Contracted labels that do not fuse: GEMMs on views looped over some of them, summed
-    into D by the summed-GEMM kernel (on 1, 2 or 3 workers), exact on integer data."""
-    from pytapp.analysis import cost, viewgemm
+    into D by the summed-GEMM kernel (compiled, without an executor, where C is D or absent;
+    by the plan on 1, 2 or 3 workers), exact on integer data."""
+    from pytapp.analysis import cost, program, viewgemm
 
+    monkeypatch.setenv("PYTAPP_COMPILED", "1")  # plans without an executor run compiled
     monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
     monkeypatch.setattr(viewgemm, "SUMMED_MIN_MADDS", 1)
     # copies priced out of reach: the route is taken wherever it exists
     monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
     monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
     viewgemm.summed_view_gemm.cache_clear()
+    program._lower.cache_clear()
     sizes = {"k": 3, "l": 4, "a": 7, "c": 6, "d": 5, "h": 2}
     rng = np.random.default_rng(33)
     la, lb = expr.split("->")[0].split(",")
@@ -354,9 +357,9 @@ def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dty
     if epilogue == "d_columns":
         d = np.full(shape[::-1], np.nan, dtype=dtype).T
     try:
-        for workers in (1, 2, 3):
+        for workers in (None, 1, 2, 3):
             with pytapp.Handle("blas") as h:
-                ex = h.create_executor(threads=workers)
+                ex = None if workers is None else h.create_executor(threads=workers)
                 if epilogue in ("plain", "d_columns"):
                     plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
                                                 ld)
@@ -378,11 +381,15 @@ def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dty
                                                 ld, op_d=pytapp.ElementOp.CONJUGATE)
                     status = plan.execute(1.0, a, b, 0.0, None, d, ex)
                     expected = np.conjugate(want)
-            assert f"summed after over {', '.join(summed)}" in status.algorithm, status.algorithm
+            compiled = workers is None and epilogue != "alpha_beta"  # C elsewhere: the plan
+            shown = f"summed over {', '.join(summed)} in D" if compiled else \
+                f"summed after over {', '.join(summed)}"
+            assert shown in status.algorithm, status.algorithm
             np.testing.assert_array_equal(d, expected)
             d[...] = np.nan
     finally:
         viewgemm.summed_view_gemm.cache_clear()
+        program._lower.cache_clear()
 
 
 def test_summed_gemm_kernel_splits_the_sum_across_workers() -> None:
@@ -403,3 +410,43 @@ def test_summed_gemm_kernel_splits_the_sum_across_workers() -> None:
                 d = np.full((9, 11), np.nan, dtype=dtype, order=order)
                 assert summed_gemm(d, left, right, 2, workers)
                 np.testing.assert_array_equal(d, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("expr", "sizes"), [
+    ("klcd,klad->ac", {"k": 6, "l": 7, "a": 40, "c": 36, "d": 48}),  # few rows: the sum split
+    ("hkcd,hkad->hac", {"h": 4, "k": 9, "a": 24, "c": 20, "d": 64}),  # the kept batch split
+    ("kcld,kald->ca", {"k": 5, "l": 12, "a": 150, "c": 260, "d": 16}),  # D's rows split
+])
+def test_compiled_summed_gemms_on_every_split(expr: str, sizes: dict[str, int], dtype: type,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled executor's summed GEMMs (no executor: the BLAS's thread count, here 1, 2
+    and 3) with alpha and beta on C = D, exact on integer data, in every way it splits."""
+    from threadpoolctl import threadpool_limits
+
+    from pytapp.analysis import cost, program, viewgemm
+
+    monkeypatch.setenv("PYTAPP_COMPILED", "1")
+    # copies priced out of reach: the route is taken in every datatype
+    monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
+    viewgemm.summed_view_gemm.cache_clear()
+    program._lower.cache_clear()
+    rng = np.random.default_rng(35)
+    la, lb = expr.split("->")[0].split(",")
+    ld = expr.split("->")[1]
+    a, b, c = (_ints(rng, labels, sizes, dtype).astype(dtype) for labels in (la, lb, ld))
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    want = 3 * np.einsum(expr, a.astype(wide), b.astype(wide)) - 2 * c.astype(wide)
+    info = pytapp.TensorInfo.from_array
+    try:
+        for count in (1, 2, 3):
+            with threadpool_limits(count, user_api="blas"), pytapp.Handle("blas") as h:
+                d = c.copy()
+                plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(d), ld, info(d), ld)
+                status = plan.execute(3.0, a, b, -2.0, d, d)
+                assert status.algorithm.startswith("compiled:"), status.algorithm
+                assert "in D" in status.algorithm, status.algorithm
+                np.testing.assert_array_equal(d, want)
+    finally:
+        viewgemm.summed_view_gemm.cache_clear()
+        program._lower.cache_clear()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from math import prod
 
@@ -88,7 +88,9 @@ class GemmStep:
     """Row-major CBLAS GEMMs over a batch: ``D = alpha op(L) op(R) (+ beta D)`` per element.
 
     ``swap``: the left matrix is B's (each call computes ``D^T = B^T A^T``). Batch strides are
-    in bytes for A, B and D; m, n, k and leading dimensions in elements.
+    in bytes for A, B and D; m, n, k and leading dimensions in elements. The first ``summed``
+    batch labels are summed labels (D's stride 0): the executor's summed-GEMM kernel adds
+    their GEMMs into D (:func:`pytapp.analysis.viewgemm.summed_view_gemm`).
     """
 
     batch_extents: tuple[int, ...]
@@ -104,12 +106,13 @@ class GemmStep:
     ld_left: int
     ld_right: int
     ld_d: int
+    summed: int = 0
 
     def as_tuple(self) -> tuple[object, ...]:
         """Return the executor's argument tuple."""
         return (self.batch_extents, self.batch_a, self.batch_b, self.batch_d, int(self.swap),
                 self.trans_left, self.trans_right, self.m, self.n, self.k, self.ld_left,
-                self.ld_right, self.ld_d)
+                self.ld_right, self.ld_d, self.summed)
 
 
 @dataclass(frozen=True)
@@ -344,9 +347,14 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     dt = _uniform(spec)
     if dt is None:
         return None
-    if gemm and summed_view_gemm(spec) is not None:
-        return None  # GEMMs looped over summed labels: the blas plan's summed-GEMM kernel
     ops = spec.operands
+    summed_gemm = summed_view_gemm(spec) if gemm else None
+    if summed_gemm is not None:  # GEMMs looped over summed labels, added into D in place:
+        # what the blas plan runs (one decision), where C's terms lie where D's do
+        step = _gemm_step(spec, summed_gemm, dt.itemsize)
+        if step is None or spec.c.strides != spec.d.strides:
+            return None
+        summed_step = (summed_gemm, replace(step, summed=summed_gemm.reduced))
     if any(len(op.labels) > MAX_LABELS for op in ops):
         return None
     cls = spec.classes
@@ -361,13 +369,16 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     summed.sort(key=lambda x: -abs(by_label[0].get(x, 0)))
     labels: Sequence[Label] = [*out, *summed]
     madds = prod(spec.extent(x) for x in labels)
-    chosen = _choose_gemm(spec, item) if gemm else None
+    chosen = summed_step if summed_gemm is not None else \
+        _choose_gemm(spec, item) if gemm else None
     pack: PackStep | None = None
     if chosen is not None:
         g, gemm_step = chosen
         kind = Step.GEMM
+        adds = "" if not g.reduced else \
+            f", summed over {', '.join(map(str, g.batch[:g.reduced]))} in D"
         description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
-                       f"[m={g.m}, n={g.n}, k={g.k}] (no copies)")
+                       f"[m={g.m}, n={g.n}, k={g.k}{adds}] (no copies)")
     elif madds <= (LOOP_MAX_MADDS if summed else LOOP_MAX_ELEMENTWISE_COMPLEX
                    if dt.is_complex else LOOP_MAX_ELEMENTWISE) and not (
             gemm and madds > GEMM_MIN_MADDS and _ttgt_shaped(spec)):

@@ -194,8 +194,8 @@ def summed_view_gemm(spec: ContractionSpec) -> ViewGemm | None:
     :data:`SUMMED_MIN_FLOPS` and each GEMM at least :data:`SUMMED_MIN_MADDS`: then its GEMMs,
     accumulated into D by the summed-GEMM kernel on every core, read A and B where they lie
     where TTGT would copy both (``klcd,klad->ac`` at o=12, v=48: 144 GEMMs of 48^3 in 0.35 ms
-    against 1.35 ms packed, two cores). The blas plan runs it and the compiled executor's
-    lowering leaves such products to it: one decision for both. The cost model chooses among
+    against 1.35 ms packed, two cores). The blas plan and the compiled executor's lowering
+    both ask it: one decision for both. The cost model chooses among
     the mappings, and against TTGT with the copies it cannot avoid (``ijab,kjcb->ikac`` at
     16 x 32: 8192 GEMMs of 16 x 16 x 32 against one of 256 x 256 x 1024: TTGT).
 
