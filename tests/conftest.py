@@ -110,3 +110,24 @@ def cutensor_library() -> str:
 def async_library() -> str:
     """The C test library exporting upstream's asynchronous symbols and its name."""
     return _variant("ASYNC")
+
+
+@pytest.fixture
+def summed_route(monkeypatch: pytest.MonkeyPatch) -> object:
+    """blas (and the compiled lowering) take the summed-GEMM route wherever it exists.
+
+    The route's size thresholds are dropped and copies are priced out of reach; the cached
+    decisions are cleared before and after.
+    """
+    from pytapp.analysis import cost, program, viewgemm
+    from pytapp.backends import blas
+
+    monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
+    monkeypatch.setattr(viewgemm, "SUMMED_MIN_MADDS", 1)
+    monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
+    viewgemm.summed_view_gemm.cache_clear()
+    program._lower.cache_clear()
+    yield None
+    viewgemm.summed_view_gemm.cache_clear()
+    program._lower.cache_clear()

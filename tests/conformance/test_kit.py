@@ -50,27 +50,15 @@ def test_case_on_compiled_kernels(number: int, stream: bool,
 
 
 @pytest.mark.parametrize("number", sorted(CASES))
-def test_case_on_summed_gemms(number: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("summed_route")
+def test_case_on_summed_gemms(number: int) -> None:
     """blas running every product whose contracted labels do not fuse as GEMMs looped over
     summed labels (normally only from 2 Mflop on): compiled (no executor), and on one and
     on three workers."""
-    from pytapp.analysis import cost, program, viewgemm
-
-    monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
-    monkeypatch.setattr(viewgemm, "SUMMED_MIN_MADDS", 1)
-    # copies priced out of reach: the route is taken wherever it exists
-    monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
-    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
-    viewgemm.summed_view_gemm.cache_clear()
-    program._lower.cache_clear()
-    try:
-        for threads in (None, 1, 3):
-            outcomes = [run_instance(CASES[number].make(seed), "blas", threads=threads)
-                        for seed in range(SEEDS)]
-            _assert_no_failures(outcomes)
-    finally:
-        viewgemm.summed_view_gemm.cache_clear()
-        program._lower.cache_clear()
+    for threads in (None, 1, 3):
+        outcomes = [run_instance(CASES[number].make(seed), "blas", threads=threads)
+                    for seed in range(SEEDS)]
+        _assert_no_failures(outcomes)
 
 
 class _OffByOnePlan(ReferencePlan):

@@ -329,21 +329,12 @@ def test_a_scalar_product_with_a_converted_c(alpha: float, dtype: type) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("epilogue", ["plain", "alpha_beta", "c_is_d", "conj_d", "d_columns"])
 def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dtype: type,
-                                         epilogue: str, monkeypatch: pytest.MonkeyPatch
-                                         ) -> None:
+                                         epilogue: str, monkeypatch: pytest.MonkeyPatch,
+                                         summed_route: object) -> None:
     """Contracted labels that do not fuse: GEMMs on views looped over some of them, summed
     into D by the summed-GEMM kernel (compiled, without an executor, where C is D or absent;
     by the plan on 1, 2 or 3 workers), exact on integer data."""
-    from pytapp.analysis import cost, program, viewgemm
-
     monkeypatch.setenv("PYTAPP_COMPILED", "1")  # plans without an executor run compiled
-    monkeypatch.setattr(viewgemm, "SUMMED_MIN_FLOPS", 0)
-    monkeypatch.setattr(viewgemm, "SUMMED_MIN_MADDS", 1)
-    # copies priced out of reach: the route is taken wherever it exists
-    monkeypatch.setattr(viewgemm, "MachineModel", lambda: cost.MachineModel(bandwidth=1.0))
-    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
-    viewgemm.summed_view_gemm.cache_clear()
-    program._lower.cache_clear()
     sizes = {"k": 3, "l": 4, "a": 7, "c": 6, "d": 5, "h": 2}
     rng = np.random.default_rng(33)
     la, lb = expr.split("->")[0].split(",")
@@ -356,40 +347,36 @@ def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dty
     d = np.full(shape, np.nan, dtype=dtype)
     if epilogue == "d_columns":
         d = np.full(shape[::-1], np.nan, dtype=dtype).T
-    try:
-        for workers in (None, 1, 2, 3):
-            with pytapp.Handle("blas") as h:
-                ex = None if workers is None else h.create_executor(threads=workers)
-                if epilogue in ("plain", "d_columns"):
-                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
-                                                ld)
-                    status = plan.execute(1.0, a, b, 0.0, None, d, ex)
-                    expected = want
-                elif epilogue == "alpha_beta":
-                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(c), ld,
-                                                info(d), ld)
-                    status = plan.execute(2.0, a, b, -3.0, c, d, ex)
-                    expected = 2 * want - 3 * c.astype(wide)
-                elif epilogue == "c_is_d":
-                    d[...] = c
-                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(d), ld,
-                                                info(d), ld)
-                    status = plan.execute(2.0, a, b, -3.0, d, d, ex)
-                    expected = 2 * want - 3 * c.astype(wide)
-                else:
-                    plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
-                                                ld, op_d=pytapp.ElementOp.CONJUGATE)
-                    status = plan.execute(1.0, a, b, 0.0, None, d, ex)
-                    expected = np.conjugate(want)
-            compiled = workers is None and epilogue != "alpha_beta"  # C elsewhere: the plan
-            shown = f"summed over {', '.join(summed)} in D" if compiled else \
-                f"summed after over {', '.join(summed)}"
-            assert shown in status.algorithm, status.algorithm
-            np.testing.assert_array_equal(d, expected)
-            d[...] = np.nan
-    finally:
-        viewgemm.summed_view_gemm.cache_clear()
-        program._lower.cache_clear()
+    for workers in (None, 1, 2, 3):
+        with pytapp.Handle("blas") as h:
+            ex = None if workers is None else h.create_executor(threads=workers)
+            if epilogue in ("plain", "d_columns"):
+                plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
+                                            ld)
+                status = plan.execute(1.0, a, b, 0.0, None, d, ex)
+                expected = want
+            elif epilogue == "alpha_beta":
+                plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(c), ld,
+                                            info(d), ld)
+                status = plan.execute(2.0, a, b, -3.0, c, d, ex)
+                expected = 2 * want - 3 * c.astype(wide)
+            elif epilogue == "c_is_d":
+                d[...] = c
+                plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(d), ld,
+                                            info(d), ld)
+                status = plan.execute(2.0, a, b, -3.0, d, d, ex)
+                expected = 2 * want - 3 * c.astype(wide)
+            else:
+                plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, None, None, info(d),
+                                            ld, op_d=pytapp.ElementOp.CONJUGATE)
+                status = plan.execute(1.0, a, b, 0.0, None, d, ex)
+                expected = np.conjugate(want)
+        compiled = workers is None and epilogue != "alpha_beta"  # C elsewhere: the plan
+        shown = f"summed over {', '.join(summed)} in D" if compiled else \
+            f"summed after over {', '.join(summed)}"
+        assert shown in status.algorithm, status.algorithm
+        np.testing.assert_array_equal(d, expected)
+        d[...] = np.nan
 
 
 def test_summed_gemm_kernel_splits_the_sum_across_workers() -> None:
