@@ -1941,8 +1941,8 @@ static void add_rows(int dt, char *D, npy_intp drow, const char *P, npy_intp m, 
     }
 }
 
-/* Runs `job` (its s1 the count of summed elements) on up to `threads` workers, the GIL
- * released: 0, or 1 when memory for partial sums ran out (nothing written). */
+/* Runs `job` (its s1 the count of summed elements) on up to `threads` workers, touching no
+ * Python object: 0, or 1 when memory for partial sums ran out (nothing written). */
 static int summed_run(const SummedJob *tmpl, npy_intp m, npy_intp kept, int threads) {
     SummedJob job = *tmpl;
     const npy_intp sums = job.s1, n = job.n, k = job.k;

@@ -348,13 +348,14 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     if dt is None:
         return None
     ops = spec.operands
+    chosen: tuple[ViewGemm, GemmStep] | None = None
     summed_gemm = summed_view_gemm(spec) if gemm else None
     if summed_gemm is not None:  # GEMMs looped over summed labels, added into D in place:
         # what the blas plan runs (one decision), where C's terms lie where D's do
         step = _gemm_step(spec, summed_gemm, dt.itemsize)
         if step is None or spec.c.strides != spec.d.strides:
             return None
-        summed_step = (summed_gemm, replace(step, summed=summed_gemm.reduced))
+        chosen = (summed_gemm, replace(step, summed=summed_gemm.reduced))
     if any(len(op.labels) > MAX_LABELS for op in ops):
         return None
     cls = spec.classes
@@ -369,8 +370,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     summed.sort(key=lambda x: -abs(by_label[0].get(x, 0)))
     labels: Sequence[Label] = [*out, *summed]
     madds = prod(spec.extent(x) for x in labels)
-    chosen = summed_step if summed_gemm is not None else \
-        _choose_gemm(spec, item) if gemm else None
+    if chosen is None and gemm:
+        chosen = _choose_gemm(spec, item)
     pack: PackStep | None = None
     if chosen is not None:
         g, gemm_step = chosen
