@@ -94,11 +94,34 @@ def _cpu() -> tuple[str, str]:
 _fingerprint: str | None = None
 
 
+def _executor_build() -> str:
+    """Return a digest of the compiled executor's file ("-" when it is not built).
+
+    A rebuilt executor (another commit under the same version, another compiler or flags)
+    may change what is fastest, as a new library version does.
+    """
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("pytapp._cexec")
+    except (ImportError, ValueError):
+        spec = None
+    origin = spec.origin if spec is not None else None
+    if not origin or not os.path.isfile(origin):
+        return "-"
+    digest = hashlib.sha1()
+    with open(origin, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
+
+
 def fingerprint() -> str:
     """Return what measurements on this machine depend on, as one string.
 
-    The CPU model, a digest of its feature flags, the core count and the versions of
-    :data:`LIBRARIES`; measured constants and tuning results are valid while it is unchanged.
+    The CPU model, a digest of its feature flags, the core count, the versions of
+    :data:`LIBRARIES` and a digest of the compiled executor's build; measured constants and
+    tuning results are valid while it is unchanged.
 
     Examples
     --------
@@ -116,7 +139,8 @@ def fingerprint() -> str:
             except PackageNotFoundError:
                 versions.append(f"{lib}=-")
         model, flags = _cpu()
-        _fingerprint = f"{model}|{flags}|{os.cpu_count()}|{'|'.join(versions)}"
+        _fingerprint = (f"{model}|{flags}|{os.cpu_count()}|{'|'.join(versions)}"
+                        f"|executor={_executor_build()}")
     return _fingerprint
 
 

@@ -4,7 +4,8 @@ What the tuners measured (the fastest backend of a product or of a whole einsum 
 backend's per-call cost) is kept in one JSON file: ``$PYTAPP_WISDOM``, else ``wisdom.json``
 in :func:`pytapp.machine.cache_dir` (``PYTAPP_WISDOM=off`` keeps it in memory only). The file
 is valid for one :func:`pytapp.machine.fingerprint` (CPU model and flags, core count, numpy,
-torch, pytblis and pytapp versions): when that changes, its entries are ignored and replaced.
+torch, pytblis and pytapp versions, the compiled executor's build): when that changes, its
+entries are ignored and replaced.
 Two processes may write at once: each write takes a lock file where the platform has one,
 merges the entries already on disk with its own, writes a temporary file and renames it over
 the old one, so a reader sees one whole version or the other.

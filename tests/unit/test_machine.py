@@ -31,3 +31,15 @@ def test_defaults_and_unknown_rates(monkeypatch: pytest.MonkeyPatch) -> None:
     m = machine.constants()
     assert not m.measured and m.gemm_rate("numpy", "f32") > 0
     assert m.gemm_rate("nolib", "f32") == 0.0
+
+
+def test_fingerprint_names_the_executor_build() -> None:
+    """A rebuilt executor is another fingerprint: it carries the digest of the built file."""
+    import hashlib
+
+    pytest.importorskip("pytapp._cexec")
+    import pytapp._cexec as cexec
+
+    with open(str(cexec.__file__), "rb") as fh:
+        want = hashlib.sha1(fh.read()).hexdigest()[:12]
+    assert machine.fingerprint().endswith(f"|executor={want}")
