@@ -297,3 +297,31 @@ def test_sixteen_threads_copy_through_the_pool() -> None:
         return seen
 
     _on_sixteen_threads(copies)
+
+
+def test_sixteen_threads_share_a_compiled_summed_plan() -> None:
+    """klcd,klad->ac at its real size takes the compiled summed GEMMs (split over the sum);
+    16 threads executing one plan, with alpha and beta on C = D, all get numpy's values."""
+    rng = np.random.default_rng(8)
+    a, b = _ints(rng, (12, 12, 48, 48), np.float64), _ints(rng, (12, 12, 48, 48), np.float64)
+    c = _ints(rng, (48, 48), np.float64)
+    want = 2 * np.einsum("klcd,klad->ac", a, b) - 3 * c
+    info = pytapp.TensorInfo.from_array
+    with pytapp.Handle("blas") as h:
+        d0 = np.empty_like(c)
+        plan = pytapp.TensorProduct(h, info(a), "klcd", info(b), "klad", info(d0), "ac",
+                                    info(d0), "ac")
+        d0[...] = c
+        shown = plan.execute(2.0, a, b, -3.0, d0, d0).algorithm
+        assert shown.startswith("compiled:") and "summed over k, l in D" in shown, shown
+        np.testing.assert_array_equal(d0, want)
+
+        def work() -> list[bool]:
+            checks = []
+            for _ in range(8):
+                d = c.copy()
+                plan.execute(2.0, a, b, -3.0, d, d)
+                checks.append(np.array_equal(d, want))
+            return checks
+
+        _on_sixteen_threads(work)
