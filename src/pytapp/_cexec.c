@@ -78,6 +78,21 @@ typedef struct {
     npy_intp st[4][MAXL];
 } Nest;
 
+/* The summed GEMMs of one worker: GEMMs over the summed batch elements, added into D. */
+typedef struct {
+    int dt, item, ta, tb, nr, nk;
+    int64_t n, k, lda, ldb, ldd;
+    npy_intp rext[MAXL], rst[2][MAXL]; /* summed batch axes: extents, L and R byte strides */
+    npy_intp kext[MAXL], kst[3][MAXL]; /* kept batch axes: extents, L, R and D byte strides */
+    const char *L, *R;
+    char *D;
+    npy_intp q0, q1;  /* this worker's kept batch elements (flattened) */
+    npy_intp r0, r1;  /* and rows of D */
+    npy_intp s0, s1;  /* and summed batch elements (flattened) */
+    npy_intp lrow, drow; /* bytes from one row of L (of D) to the next */
+    cval al, be;         /* alpha of every GEMM; beta of a share's first (then one) */
+} SummedJob;
+
 typedef struct {
     PyObject_HEAD int type_num;
     int dtype;
@@ -103,6 +118,8 @@ typedef struct {
     int swap, ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
     int nsum; /* the first nsum batch labels are summed (D's stride 0): summed_run adds them */
+    SummedJob sjob; /* with nsum: its job, but for the operands, alpha and beta */
+    npy_intp kept;  /* with nsum: the kept batch elements */
     /* TTGT: pack A as [H][M][K] and B as [H][K][N] (summing isolated labels, applying op),
      * GEMMs into T [H][M][N], then D = op_D(alpha T + beta op_C(C)) over D's labels, with
      * T's strides (0 for broadcast labels) in tst. */
@@ -892,6 +909,46 @@ static double now(void) {
 static int run_summed(const Program *p, cval al, cval be, const char *A, const char *B,
                       char *D);
 
+/* The summed GEMMs' job of a GEMM step with summed labels, built once with the Program. */
+static void summed_template(Program *p) {
+    SummedJob *job = &p->sjob;
+    const int sw = p->swap;
+    memset(job, 0, sizeof(*job));
+    job->dt = p->dtype;
+    job->item = p->item;
+    job->ta = p->ta;
+    job->tb = p->tb;
+    job->nr = p->nsum;
+    job->nk = p->nb - p->nsum;
+    job->n = p->n;
+    job->k = p->k;
+    job->lda = p->lda;
+    job->ldb = p->ldb;
+    job->ldd = p->ldd;
+    npy_intp kept = 1, sums = 1;
+    for (int i = 0; i < p->nb; ++i) {
+        const npy_intp sl = p->bst[sw ? 1 : 0][i], sr = p->bst[sw ? 0 : 1][i];
+        if (i < p->nsum) {
+            job->rext[i] = p->bext[i];
+            job->rst[0][i] = sl;
+            job->rst[1][i] = sr;
+            sums *= p->bext[i];
+        } else {
+            job->kext[i - p->nsum] = p->bext[i];
+            job->kst[0][i - p->nsum] = sl;
+            job->kst[1][i - p->nsum] = sr;
+            job->kst[2][i - p->nsum] = p->bst[2][i];
+            kept *= p->bext[i];
+        }
+    }
+    job->lrow = p->ta == NO_TRANS ? p->lda * p->item : p->item;
+    job->drow = p->ldd * p->item;
+    job->q1 = kept;
+    job->r1 = p->m;
+    job->s1 = sums;
+    p->kept = kept;
+}
+
 static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b_o,
                        PyObject *beta_o, PyObject *c_o, PyObject *d_o) {
     cval al, be;
@@ -1110,6 +1167,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "summed labels: a GEMM step on unconjugated views");
             goto fail;
         }
+        if (p->nsum) summed_template(p);
     }
     p->vcall = Program_call;
     p->status_type = (PyObject *)Py_TYPE(status);
@@ -1866,19 +1924,6 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
 
 /* ------------------------------------------------------------------ summed GEMMs on views */
 
-typedef struct {
-    int dt, item, ta, tb, nr, nk;
-    int64_t n, k, lda, ldb, ldd;
-    npy_intp rext[MAXL], rst[2][MAXL]; /* summed batch axes: extents, L and R byte strides */
-    npy_intp kext[MAXL], kst[3][MAXL]; /* kept batch axes: extents, L, R and D byte strides */
-    const char *L, *R;
-    char *D;
-    npy_intp q0, q1;  /* this worker's kept batch elements (flattened) */
-    npy_intp r0, r1;  /* and rows of D */
-    npy_intp s0, s1;  /* and summed batch elements (flattened) */
-    npy_intp lrow, drow; /* bytes from one row of L (of D) to the next */
-    cval al, be;         /* alpha of every GEMM; beta of a share's first (then one) */
-} SummedJob;
 
 static void summed_task(void *arg) {
     SummedJob *j = (SummedJob *)arg;
@@ -2107,49 +2152,13 @@ static PyObject *summed_gemm(PyObject *self, PyObject *args) {
  * alpha sum(...) + beta D (beta 0: D is not read); 1 when memory ran out (D untouched). */
 static int run_summed(const Program *p, cval al, cval be, const char *A, const char *B,
                       char *D) {
-    SummedJob job;
-    const int sw = p->swap, nk = p->nb - p->nsum;
-    job.dt = p->dtype;
-    job.item = p->item;
-    job.ta = p->ta;
-    job.tb = p->tb;
-    job.nr = p->nsum;
-    job.nk = nk;
-    job.n = p->n;
-    job.k = p->k;
-    job.lda = p->lda;
-    job.ldb = p->ldb;
-    job.ldd = p->ldd;
-    npy_intp kept = 1, sums = 1;
-    for (int i = 0; i < p->nb; ++i) {
-        const npy_intp sl = p->bst[sw ? 1 : 0][i], sr = p->bst[sw ? 0 : 1][i];
-        if (i < p->nsum) {
-            job.rext[i] = p->bext[i];
-            job.rst[0][i] = sl;
-            job.rst[1][i] = sr;
-            sums *= p->bext[i];
-        } else {
-            job.kext[i - p->nsum] = p->bext[i];
-            job.kst[0][i - p->nsum] = sl;
-            job.kst[1][i - p->nsum] = sr;
-            job.kst[2][i - p->nsum] = p->bst[2][i];
-            kept *= p->bext[i];
-        }
-    }
-    job.L = sw ? B : A;
-    job.R = sw ? A : B;
+    SummedJob job = p->sjob;
+    job.L = p->swap ? B : A;
+    job.R = p->swap ? A : B;
     job.D = D;
-    job.lrow = p->ta == NO_TRANS ? p->lda * p->item : p->item;
-    job.drow = p->ldd * p->item;
-    job.q0 = 0;
-    job.q1 = kept;
-    job.r0 = 0;
-    job.r1 = p->m;
-    job.s0 = 0;
-    job.s1 = sums;
     job.al = al;
     job.be = be;
-    return summed_run(&job, p->m, kept, g_get_threads ? g_get_threads() : 1);
+    return summed_run(&job, p->m, p->kept, g_get_threads ? g_get_threads() : 1);
 }
 
 /* ------------------------------------------------------------------ Python work on the pool */
