@@ -976,8 +976,8 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
             if (p->st[2][l] != p->st[3][l] && p->ext[l] > 1) return 1;
         c_is_d = 1;
     }
-    /* summed GEMMs add into D itself: beta C only where C is D (else the general path) */
-    if (p->nsum && c && (!c_is_d || p->conj[2])) return 1;
+    /* summed GEMMs add into D itself: a conjugated C that is D would be overwritten unread */
+    if (p->nsum && c_is_d && p->conj[2]) return 1;
     if (p->empty_d) return 0;
     const char *pa = PyArray_BYTES(a), *pb = PyArray_BYTES(b);
     const char *pc = c ? PyArray_BYTES(c) : NULL;
@@ -993,10 +993,15 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
         run_loop_split(p, al, be, pa, pb, pc, pd);
     } else if (p->kind == K_TTGT) {
         status = run_ttgt(p, al, be, pa, pb, pc, pd); /* 1: no scratch memory, D untouched */
-    } else if (p->nsum) {
-        const cval zero = {0.0, 0.0};
-        status = run_summed(p, al, pc ? be : zero, pa, pb, pd); /* 1: as for TTGT */
-        if (!status && p->conj[3]) run_conj(p, pd);
+    } else if (p->nsum) { /* 1: as for TTGT */
+        const cval zero = {0.0, 0.0}, one = {1.0, 0.0};
+        if (pc && !c_is_d) { /* the sum into D, then D = op_D(D + beta op_C(C)) in place */
+            status = run_summed(p, al, zero, pa, pb, pd);
+            if (!status) run_store(p, one, be, pd, pc, pd);
+        } else {
+            status = run_summed(p, al, pc ? be : zero, pa, pb, pd);
+            if (!status && p->conj[3]) run_conj(p, pd);
+        }
     } else {
         cval gbeta = {0.0, 0.0};
         if (pc && c_is_d && !p->conj[2]) {
@@ -1167,7 +1172,10 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "summed labels: a GEMM step on unconjugated views");
             goto fail;
         }
-        if (p->nsum) summed_template(p);
+        if (p->nsum) { /* the epilogue's store reads the sum where D lies */
+            summed_template(p);
+            for (int l = 0; l < p->nout; ++l) p->tst[l] = p->st[3][l];
+        }
     }
     p->vcall = Program_call;
     p->status_type = (PyObject *)Py_TYPE(status);

@@ -327,13 +327,14 @@ def test_a_scalar_product_with_a_converted_c(alpha: float, dtype: type) -> None:
     ("hkcd,hkad->hac", ("k",)),     # with a batch label kept in D
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize("epilogue", ["plain", "alpha_beta", "c_is_d", "conj_d", "d_columns"])
+@pytest.mark.parametrize("epilogue", ["plain", "alpha_beta", "c_is_d", "conj_d", "d_columns",
+                                      "conj_c"])
 def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dtype: type,
                                          epilogue: str, monkeypatch: pytest.MonkeyPatch,
                                          summed_route: object) -> None:
     """Contracted labels that do not fuse: GEMMs on views looped over some of them, summed
-    into D by the summed-GEMM kernel (compiled, without an executor, where C is D or absent;
-    by the plan on 1, 2 or 3 workers), exact on integer data."""
+    into D by the summed-GEMM kernel (compiled without an executor, by the plan on 1, 2 or
+    3 workers), exact on integer data."""
     monkeypatch.setenv("PYTAPP_COMPILED", "1")  # plans without an executor run compiled
     sizes = {"k": 3, "l": 4, "a": 7, "c": 6, "d": 5, "h": 2}
     rng = np.random.default_rng(33)
@@ -360,6 +361,11 @@ def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dty
                                             info(d), ld)
                 status = plan.execute(2.0, a, b, -3.0, c, d, ex)
                 expected = 2 * want - 3 * c.astype(wide)
+            elif epilogue == "conj_c":
+                plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(c), ld,
+                                            info(d), ld, op_c=pytapp.ElementOp.CONJUGATE)
+                status = plan.execute(2.0, a, b, -3.0, c, d, ex)
+                expected = 2 * want - 3 * np.conjugate(c.astype(wide))
             elif epilogue == "c_is_d":
                 d[...] = c
                 plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(d), ld,
@@ -371,8 +377,7 @@ def test_gemms_looped_over_summed_labels(expr: str, summed: tuple[str, ...], dty
                                             ld, op_d=pytapp.ElementOp.CONJUGATE)
                 status = plan.execute(1.0, a, b, 0.0, None, d, ex)
                 expected = np.conjugate(want)
-        compiled = workers is None and epilogue != "alpha_beta"  # C elsewhere: the plan
-        shown = f"summed over {', '.join(summed)} in D" if compiled else \
+        shown = f"summed over {', '.join(summed)} in D" if workers is None else \
             f"summed after over {', '.join(summed)}"
         assert shown in status.algorithm, status.algorithm
         np.testing.assert_array_equal(d, expected)
