@@ -351,7 +351,10 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     chosen: tuple[ViewGemm, GemmStep] | None = None
     summed_gemm = summed_view_gemm(spec) if gemm else None
     if summed_gemm is not None:  # GEMMs looped over summed labels, added into D in place:
-        # what the blas plan runs (one decision), where C's terms lie where D's do
+        # what the blas plan runs (one decision), where C's terms lie where D's do; GEMV-like
+        # products (one free side) stay with the plan's reduce route and its own mapping
+        if min(spec.size(spec.classes.FA), spec.size(spec.classes.FB)) == 1:
+            return None
         step = _gemm_step(spec, summed_gemm, dt.itemsize)
         if step is None or spec.c.strides != spec.d.strides:
             return None

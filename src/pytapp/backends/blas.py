@@ -446,8 +446,6 @@ class BlasPlan(Stateless):
         self.reduce_ok = gemv_like and not cls.IC and out_size >= KERNEL_MIN_ROWS
         if self.reduce_ok and not blas_in_place:
             self.view_gemm = self._reducing_view_gemm()
-            # the compiled lowering's summed GEMMs are this plan's next branch, not this one
-            self.compiled = summed_view_gemm(self.spec) is None
             return Route.REDUCE if self.view_gemm is None else Route.VIEW_GEMM
         if self.kind is Kind.GEMM and summed_gemm_available() and self._views_allowed():
             # GEMMs looped over summed labels, accumulated by the summed-GEMM kernel (the
