@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -15,8 +16,16 @@ import pytapp
 
 HERE = Path(__file__).resolve().parent
 
+
+def _temporary_dir(prefix: str) -> Path:
+    """A fresh directory removed when this process exits (each xdist worker has its own)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 # Tuning results go to a fresh file, never to the user's cache (subprocesses inherit it).
-os.environ["PYTAPP_WISDOM"] = str(Path(tempfile.mkdtemp(prefix="pytapp-wisdom-")) / "w.json")
+os.environ["PYTAPP_WISDOM"] = str(_temporary_dir("pytapp-wisdom-") / "w.json")
 os.environ.pop("PYTAPP_AUTOTUNE_CACHE", None)
 
 
@@ -31,7 +40,7 @@ def build_test_library(variant: str = "") -> str | None:
     if cc is None:
         return None
     name = f"libtapp_brute{('_' + variant.lower()) if variant else ''}.so"
-    out = Path(tempfile.mkdtemp(prefix="pytapp-clib-")) / name
+    out = _temporary_dir("pytapp-clib-") / name
     flags = [f"-DTAPP_{variant}"] if variant else []
     subprocess.run([cc, "-O1", "-shared", "-fPIC", *flags, "-o", str(out),
                     str(HERE / "clib" / "tapp_brute.c"), "-lm"], check=True)
