@@ -1213,7 +1213,9 @@ static PyTypeObject ProgramType = {
 /* A network's pairwise steps for one layout of its inputs: step k reads slots a[k] and b[k]
  * (-1: the scalar one) and writes slot ninputs + k. Each step runs its Program when it has one
  * and the Program takes the operands; otherwise the step's plan.execute runs it in Python.
- * Intermediates live in the chain's buffers unless another call is using them. */
+ * Intermediates live in the chain's buffers unless another call is using them. A chain built
+ * with takes_out writes the result into the caller's array (its last operand; the last step's
+ * plan and program were made for that array's layout) and returns it. */
 typedef struct {
     PyObject_HEAD int nsteps, ninputs, type_num;
     int *a, *b, *ndim;
@@ -1223,7 +1225,8 @@ typedef struct {
     PyObject *buffers;  /* tuple: an ndarray per step (the last is unused) */
     PyObject *one;      /* 0-d array holding one */
     int nperm;          /* > 0: the result is the last buffer viewed with these axes */
-    npy_intp perm[MAXL];
+    npy_intp perm[MAXL], iperm[MAXL]; /* iperm: the result's axes in the last step's order */
+    int takes_out;      /* 1: the last operand is the caller's out, the last step's D */
     int busy;
     vectorcallfunc vcall;
 } Chain;
@@ -1234,9 +1237,14 @@ static PyObject *Chain_call(PyObject *self_obj, PyObject *const *args, size_t na
                             PyObject *kwnames) {
     Chain *ch = (Chain *)self_obj;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != ch->ninputs || (kwnames && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_Format(PyExc_TypeError, "this chain takes %d operands positionally",
-                     ch->ninputs);
+    if (nargs != ch->ninputs + ch->takes_out || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_Format(PyExc_TypeError, "this chain takes %d operands%s positionally",
+                     ch->ninputs, ch->takes_out ? " and out" : "");
+        return NULL;
+    }
+    PyObject *out = ch->takes_out ? args[ch->ninputs] : NULL;
+    if (out && !PyArray_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be an ndarray");
         return NULL;
     }
     int shared = !ch->busy;
@@ -1258,6 +1266,15 @@ static PyObject *Chain_call(PyObject *self_obj, PyObject *const *args, size_t na
         if (shared && !last) {
             d = PyTuple_GET_ITEM(ch->buffers, k);
             Py_INCREF(d);
+        } else if (last && out) { /* out seen in the last step's order of labels */
+            if (ch->nperm > 0) {
+                PyArray_Dims axes = {ch->iperm, ch->nperm};
+                d = PyArray_Transpose((PyArrayObject *)out, &axes);
+                if (!d) goto done;
+            } else {
+                d = out;
+                Py_INCREF(d);
+            }
         } else {
             d = PyArray_EMPTY(ch->ndim[k], ch->shape[k], ch->type_num, 0);
             if (!d) goto done;
@@ -1290,7 +1307,10 @@ static PyObject *Chain_call(PyObject *self_obj, PyObject *const *args, size_t na
         }
     }
     result = slots[ch->ninputs + ch->nsteps - 1];
-    if (ch->nperm > 0) { /* the last step wrote its natural layout: the result is a view */
+    if (out) {
+        result = out;
+        Py_INCREF(result);
+    } else if (ch->nperm > 0) { /* the last step wrote its natural layout: the result is a view */
         PyArray_Dims axes = {ch->perm, ch->nperm};
         result = PyArray_Transpose((PyArrayObject *)result, &axes);
     } else {
@@ -1307,12 +1327,12 @@ done:
 
 static PyObject *Chain_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"ninputs", "a", "b", "shapes", "type_num", "programs", "plans",
-                             "buffers", "one", "perm", NULL};
-    int ninputs, type_num;
+                             "buffers", "one", "perm", "takes_out", NULL};
+    int ninputs, type_num, takes_out = 0;
     PyObject *a, *b, *shapes, *programs, *plans, *buffers, *one, *perm = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOiO!O!O!O|O", kwlist, &ninputs, &a, &b,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOiO!O!O!O|Op", kwlist, &ninputs, &a, &b,
                                      &shapes, &type_num, &PyTuple_Type, &programs, &PyTuple_Type,
-                                     &plans, &PyTuple_Type, &buffers, &one, &perm))
+                                     &plans, &PyTuple_Type, &buffers, &one, &perm, &takes_out))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(programs);
     if (n < 1 || PyTuple_GET_SIZE(plans) != n || PyTuple_GET_SIZE(buffers) != n) {
@@ -1371,7 +1391,16 @@ static PyObject *Chain_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             goto fail;
         }
         ch->nperm = count;
+        int seen[MAXL] = {0};
+        for (int i = 0; i < count; ++i) {
+            if (ch->perm[i] < 0 || ch->perm[i] >= count || seen[ch->perm[i]]++) {
+                PyErr_SetString(PyExc_ValueError, "perm must be a permutation of the axes");
+                goto fail;
+            }
+            ch->iperm[ch->perm[i]] = i;
+        }
     }
+    ch->takes_out = takes_out;
     Py_INCREF(programs);
     ch->programs = programs;
     Py_INCREF(plans);

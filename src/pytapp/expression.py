@@ -43,7 +43,7 @@ from pytapp.network import Network, PathInfo, machine_layout
 from pytapp.operands import to_ndarray, torch_bits
 
 __all__ = ["EinsumExpression", "cached_expression", "is_torch", "normalize_call", "path_key",
-           "result_datatype", "to_library", "to_numpy"]
+           "plain_out", "result_datatype", "to_library", "to_numpy"]
 
 #: Most expressions :func:`cached_expression` keeps.
 EXPRESSION_CACHE_SIZE = 128
@@ -124,6 +124,22 @@ def to_numpy(x: Any, role: str, *, writable: bool = False) -> np.ndarray:
         view = to_ndarray(x, datatype_of_data(x, role), role)
         return np.asarray(_TensorMemory(view, x)).view(view.dtype)
     return as_array(x, role)
+
+
+def plain_out(out: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``out`` can receive a repeated call's result directly (the thin paths).
+
+    A writable NumPy array of the result's ``shape``. One that shares memory with an operand
+    is fine: a step whose output overlaps its inputs leaves its compiled program for its
+    plan, which copies them first (as the general path does).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> plain_out(np.empty((2, 2)), (2, 2)), plain_out(np.empty((2, 2)), (2, 3))
+    (True, False)
+    """
+    return type(out) is np.ndarray and out.shape == shape and out.flags.writeable
 
 
 def to_library(result: np.ndarray, like: Any) -> Any:
@@ -256,8 +272,9 @@ class EinsumExpression:
             :meth:`pytapp.TensorProduct.execute`.
         """
         net = self.network
-        if out is None and all(type(x) is np.ndarray for x in operands):
-            fast = self._fast_numpy(operands)
+        if all(type(x) is np.ndarray for x in operands) and (
+                out is None or plain_out(out, net.output_shape())):
+            fast = self._fast_numpy(operands, out)
             if fast is not None:
                 return fast
         if len(operands) != len(net.shapes):
@@ -301,7 +318,8 @@ class EinsumExpression:
         if dt not in self._settled:
             self._count(views, dt, seconds)
         if numpy_inputs:
-            self._remember_chain(arrays, dt)
+            self._remember_chain(arrays, dt, out if result is target and plain_out(
+                out, net.output_shape()) else None)
         if result is target:
             return out
         if target is not None:
@@ -311,8 +329,14 @@ class EinsumExpression:
             return result[()]
         return to_library(result, like)
 
-    def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype) -> None:
-        """Build the compiled chain of these input layouts.
+    def _chain_key(self, arrays: Sequence[np.ndarray], out: np.ndarray | None) -> tuple[Any, ...]:
+        """Return the inputs' (dtype, strides), and out's when the chain writes into it."""
+        key = tuple((a.dtype, a.strides) for a in arrays)
+        return key if out is None else (*key, ("out", out.dtype, out.strides))
+
+    def _remember_chain(self, arrays: Sequence[np.ndarray], dt: Datatype,
+                        out: np.ndarray | None = None) -> None:
+        """Build the compiled chain of these input layouts (and of ``out``'s, when given).
 
         A network of fewer than :data:`COMPILED_SETTLES_BELOW` flops whose every step is a
         compiled program has nothing left to tune: its choice is settled with the chain. Until
@@ -321,7 +345,7 @@ class EinsumExpression:
         and :meth:`chain_for` withholds it from callers that would not count them; tuning drops
         it (its plans are the old choice's).
         """
-        key = tuple((a.dtype, a.strides) for a in arrays)
+        key = self._chain_key(arrays, out)
         if key in self._chains or self._trial is not None:  # a chain runs one layout
             return
         settled = dt in self._settled
@@ -331,79 +355,91 @@ class EinsumExpression:
         try:
             chain = None
             if not settled and self.network.flops < COMPILED_SETTLES_BELOW:
-                chain = self.network.compiled_chain(arrays, dt, handle, programs_only=True)
+                chain = self.network.compiled_chain(arrays, dt, handle, programs_only=True,
+                                                    out=out)
                 if chain is not None:  # all compiled and small: nothing worth tuning
                     self._settled.add(dt)
             if chain is None:
-                chain = self.network.compiled_chain(arrays, dt, handle)
+                chain = self.network.compiled_chain(arrays, dt, handle, out=out)
         finally:
             handle.unlease()
         if len(self._chains) >= CHAIN_CACHE:
             self._chains.clear()
         self._chains[key] = (chain, dt) if chain is not None else False
 
-    def chain_for(self, arrays: Sequence[Any]) -> Any:
+    def chain_for(self, arrays: Sequence[Any], out: np.ndarray | None = None) -> Any:
         """Return the network compiled for these arrays' layouts, once a call built it.
 
-        ``None`` too while the expression's choice is not settled (its calls are counted).
+        With ``out``: the chain that writes into an array of ``out``'s layout (it takes that
+        array as its last operand). ``None`` too while the expression's choice is not settled
+        (its calls are counted).
         """
         if not all(type(a) is np.ndarray for a in arrays):
             return None
-        entry = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
+        entry = self._chains.get(self._chain_key(arrays, out))
         return entry[0] if entry and entry[1] in self._settled else None
 
-    def _fast_numpy(self, arrays: Sequence[np.ndarray]) -> Any:
+    def _fast_numpy(self, arrays: Sequence[np.ndarray], out: np.ndarray | None = None) -> Any:
         """Return the thin path of a repeated call on NumPy arrays of the compiled shapes.
 
         The network compiled for these layouts runs when there is one; else the datatype and
         handle found for these dtypes before are reused (``None``: take the general path,
-        which also reports every error).
+        which also reports every error). ``out`` (a writable NumPy array of the result's
+        shape, see :func:`plain_out`) receives the result,
+        which is then ``out`` itself; one of another datatype takes the general path.
         """
         net = self.network
         if tuple(a.shape for a in arrays) != net.shapes:
             return None
-        entry = self._chains.get(tuple((a.dtype, a.strides) for a in arrays))
+        entry = self._chains.get(self._chain_key(arrays, out))
         if entry:
             chain, dt = entry
+            args = arrays if out is None else (*arrays, out)
             if dt in self._settled:
-                found = chain(*arrays)
+                found = chain(*args)
             else:  # timed and counted towards tuning
                 start = time.perf_counter()
-                found = chain(*arrays)
+                found = chain(*args)
                 if found is not None:
-                    self._count_and_settle(arrays, dt, time.perf_counter() - start)
+                    self._count_and_settle(arrays, dt, time.perf_counter() - start, out)
             if found is not None:
-                return found[()] if found.ndim == 0 else found
+                return found[()] if found.ndim == 0 and out is None else found
         key = tuple(a.dtype for a in arrays)
         hit = self._fast_dtypes.get(key)
         if hit is None:
             return None
         dt, handle = hit
+        want = dt.numpy_dtype
+        if out is not None and out.dtype != want:  # a cast into out: the general path
+            return None
         if not handle.lease():  # destroyed (clear_plan_cache): the general path
             return None
         try:
-            want = dt.numpy_dtype
             views = [v if v.dtype == want else v.astype(want) for v in net.prepare(arrays)]
             start = time.perf_counter()
-            trying = self._trial is not None
-            net, which = self._layout(dt)
-            result = net.run(views, dt, handle)
+            trying = self._trial is not None and out is None
+            if out is not None:  # out's layout: nothing to try
+                result = net.run(views, dt, handle, out)
+                which = -1
+            else:
+                net, which = self._layout(dt)
+                result = net.run(views, dt, handle)
             seconds = time.perf_counter() - start
             self._tried(which, dt, seconds)
         finally:
             handle.unlease()
         if dt not in self._settled:
-            self._count_and_settle(arrays, dt, seconds)
-        elif trying and self._trial is None:  # just chosen: compile the winner's layouts
-            self._remember_chain(arrays, dt)
-        return result[()] if result.ndim == 0 else result
+            self._count_and_settle(arrays, dt, seconds, out)
+        elif (trying and self._trial is None) or out is not None:
+            self._remember_chain(arrays, dt, out)  # just chosen: compile the winner's layouts
+        return result[()] if result.ndim == 0 and out is None else result
 
     def _count_and_settle(self, arrays: Sequence[np.ndarray], dt: Datatype,
-                          seconds: float) -> None:
+                          seconds: float, out: np.ndarray | None = None) -> None:
         """Count an unsettled call; once that settles the choice, compile it for these layouts."""
         self._count(self.network.prepare(arrays), dt, seconds)
         if dt in self._settled:
-            self._remember_chain(arrays, dt)
+            self._remember_chain(arrays, dt, out)
 
     def _layout(self, dt: Datatype) -> tuple[Network, int]:
         """Return the network this call runs and its candidate number (-1: no trial).

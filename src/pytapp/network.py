@@ -39,7 +39,7 @@ from pytapp.kernels.program import compile_chain
 from pytapp.machine import constants as machine_constants
 from pytapp.operands import BoundProduct
 from pytapp.product import TensorProduct
-from pytapp.tensor import TensorInfo
+from pytapp.tensor import TensorInfo, row_major_strides
 
 __all__ = ["Network", "PathInfo", "Prepared", "Step", "machine_layout", "prepare_labels",
            "resolve_path", "result_shape"]
@@ -641,7 +641,7 @@ class Network:
         return result if perm is None else result.transpose(perm)
 
     def compiled_chain(self, arrays: Sequence[np.ndarray], dt: Datatype, handle: Handle,
-                       programs_only: bool = False) -> Any:
+                       programs_only: bool = False, out: np.ndarray | None = None) -> Any:
         """Return the network bound to its plans for these inputs' layouts, or ``None``.
 
         A compiled chain (``pytapp._cexec.Chain``): called with the operands, it runs every
@@ -650,18 +650,32 @@ class Network:
         destroyed a plan meanwhile). ``None`` unless the compiled executor is built, the inputs
         are used as they are (no diagonal or dropped axis) and are already of ``dt``, and, with
         ``programs_only``, unless every step is a compiled program.
+
+        With ``out`` (of the result's shape and of ``dt``) the chain is built for that
+        array's layout and takes it as its last operand: the last step writes the result
+        there and the chain returns it.
         """
         want = dt.numpy_dtype
         if not program_executor_built() or any(p.drop or p.diagonal for p in self.prepared) or any(
-                a.dtype != want for a in arrays):
+                a.dtype != want for a in arrays) or (out is not None and (
+                    out.dtype != want or out.shape != self.output_shape() or not self.steps)):
             return None
+        perm = self.final_perm
         slots = list(arrays)
         plans: list[TensorProduct] = []
         buffers: list[np.ndarray] = []
         for k, step in enumerate(self.steps):
             if step.out != len(slots):
                 return None
-            d = np.empty(self._out_shapes[k], dtype=want)
+            shape = self._out_shapes[k]
+            if k < len(self.steps) - 1:
+                d = np.empty(shape, dtype=want)
+            elif out is not None:  # the caller's array, seen in the step's order of labels
+                d = out if perm is None else out.transpose(np.argsort(perm))
+            else:  # the result is allocated by each call: only its layout is needed here
+                d = np.lib.stride_tricks.as_strided(
+                    np.empty(1, dtype=want), shape,
+                    tuple(s * want.itemsize for s in row_major_strides(shape)))
             b = _ONE[dt] if step.b is None else slots[step.b]
             plans.append(self._plan(k, handle, slots[step.a], b, d))
             buffers.append(d)
@@ -672,8 +686,9 @@ class Network:
         return compile_chain(
             ninputs=len(arrays), a=[st.a for st in self.steps],
             b=[-1 if st.b is None else st.b for st in self.steps], shapes=self._out_shapes,
-            type_num=want.num, programs=programs,
-            plans=tuple(plans), buffers=tuple(buffers), one=_ONE[dt], perm=self.final_perm)
+            type_num=want.num, programs=programs, plans=tuple(plans),
+            buffers=(*buffers[:-1], np.empty(0, dtype=want)), one=_ONE[dt], perm=perm,
+            takes_out=out is not None)
 
     def info(self, handle: Handle, dt: Datatype) -> PathInfo:
         """Build (or reuse) each step's plan on contiguous operands and describe it."""

@@ -49,6 +49,7 @@ from pytapp.expression import (
     is_torch,
     normalize_call,
     path_key,
+    plain_out,
     result_datatype,
     to_library,
     to_numpy,
@@ -113,18 +114,40 @@ def _deliver(found: np.ndarray | None, out: np.ndarray | None) -> Any:
     return out
 
 
+def _out_key(layout_key: tuple[Any, ...], out: np.ndarray) -> tuple[Any, ...]:
+    """Return the key of the compiled network that writes the result into ``out``'s layout."""
+    return (layout_key, out.dtype.char, out.shape, out.strides)
+
+
+def _learn_chain(layout_key: tuple[Any, ...], expr: EinsumExpression, ops: Sequence[Any],
+                 out: np.ndarray | None) -> None:
+    """Keep the network ``expr`` compiled for these layouts (and ``out``'s), once it has one.
+
+    A network is compiled when its choice settles, which may be a later call than the one
+    that remembered ``expr``: the thin path asks again after each call it serves.
+    """
+    found_chain = expr.chain_for(ops, out)
+    if found_chain is not None:
+        with _thin_lock:
+            _chains[layout_key if out is None else _out_key(layout_key, out)] = found_chain
+            while len(_chains) > THIN_CACHE_SIZE:
+                _chains.pop(next(iter(_chains)))
+
+
 def _remember_thin(thin_key: tuple[Any, ...], layout_key: tuple[Any, ...] | None,
-                   expr: EinsumExpression, ops: Sequence[Any]) -> None:
-    """Keep ``expr`` (and its compiled network, once built) for the thin path of later calls."""
-    found_chain = expr.chain_for(ops) if layout_key is not None else None
+                   expr: EinsumExpression, ops: Sequence[Any],
+                   out: np.ndarray | None = None) -> None:
+    """Keep ``expr`` (and its compiled network, once built) for the thin path of later calls.
+
+    With ``out`` (see :func:`pytapp.expression.plain_out`): the network that writes into
+    arrays of ``out``'s layout.
+    """
     with _thin_lock:
         _thin[thin_key] = expr
         while len(_thin) > THIN_CACHE_SIZE:
             _thin.pop(next(iter(_thin)))
-        if found_chain is not None:
-            _chains[layout_key] = found_chain
-            while len(_chains) > THIN_CACHE_SIZE:
-                _chains.pop(next(iter(_chains)))
+    if layout_key is not None:
+        _learn_chain(layout_key, expr, ops, out)
 
 
 def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
@@ -206,14 +229,17 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
         opt = optimize if type(optimize) is str else path_key(optimize)
         # None unless every operand is exactly an ndarray
         layout_key = _key_of((operands[0], opt, memory_limit, backend, dtype), operands, 1)
+        # out that takes the result directly (else a result is computed and copied into it)
+        into = out if type(out) is np.ndarray and layout_key is not None else None
         chain = None
         if layout_key is not None:
             try:
-                chain = _chains.get(layout_key)
+                chain = _chains.get(layout_key if into is None else _out_key(layout_key, into))
             except TypeError:  # an unhashable optimizer: the general path, never remembered
                 layout_key = None
         if chain is not None:  # the whole network as compiled programs for these layouts
-            found = _deliver(chain(*operands[1:]), out)
+            found = _deliver(chain(*operands[1:]), out) if into is None else chain(
+                *operands[1:], into)
             if found is not None:
                 return found
         if layout_key is not None:
@@ -225,8 +251,14 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                 x.flags.c_contiguous for x in inputs) else layout_key
             cached = _thin.get(thin_key)
             if cached is not None:
-                found = _deliver(cached._fast_numpy(inputs), out)
+                if into is not None and into.shape == cached.network.output_shape():
+                    found = cached._fast_numpy(inputs, into)
+                else:
+                    found = _deliver(cached._fast_numpy(inputs), out)
+                    into = None
                 if found is not None:
+                    if into is not None or out is None:  # compiled since: later calls take it
+                        _learn_chain(layout_key, cached, inputs, into)
                     return found
             else:
                 direct = _pairs.get(layout_key)
@@ -307,7 +339,9 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     if target is not None and target.shape == shape and target.dtype == tapp.numpy_dtype:
         expr(*ops, out=target)
         if thin_key is not None and folded is None and final is tapp and out is target:
-            _remember_thin(thin_key, layout_key, expr, ops)  # later calls: one lookup, a copy
+            # later calls: one lookup, then written into out (or computed and copied there)
+            _remember_thin(thin_key, layout_key, expr, ops,
+                           target if plain_out(target, shape) else None)
         return out
     into = _allocate(shape, tapp, layout, equation, arrays)
     if into is None and target is None and final is tapp:
