@@ -235,3 +235,28 @@ def test_streaming_reduce_on_two_threads(dtype: Any, monkeypatch: pytest.MonkeyP
         kernels.reduce(out, x, y, c, alpha=2.0, beta=-1.0, conj_x=conj, threads=2)
     want = 2.0 * np.einsum("abij,ij->ab", _op(xv.astype(np.complex128), conj), yv) - c
     np.testing.assert_allclose(out, want, rtol=_tol(dtype) * 30, atol=_tol(dtype) * 30)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("conj", [False, True])
+@pytest.mark.parametrize(("shape", "perm"), [
+    ((12, 48, 12, 48), (0, 2, 1, 3)),  # 48-element runs: NumPy's slabs
+    ((40, 40, 40, 16), (2, 1, 0, 3)),  # 16-element runs: the threshold
+    ((60, 60, 60, 2), (2, 1, 0, 3)),  # 2-element runs: the compiled kernel
+])
+def test_plain_permuting_copies_take_either_copy_loop(dtype: Any, conj: bool,
+                                                      shape: tuple[int, ...],
+                                                      perm: tuple[int, ...]) -> None:
+    """fused(out, x) with nothing to multiply or add is a copy: NumPy's slabs when the runs
+    both arrays hold contiguously are long, the kernel otherwise; either writes op(x) into
+    out's view only."""
+    rng = np.random.default_rng(9)
+    x = _values(rng, shape, dtype).transpose(perm)
+    parent = np.full((2 * x.shape[0], *x.shape[1:]), 7, dtype=dtype)
+    out = parent[::2]  # padded along its outermost mode: the runs stay contiguous
+    slabs = kernels._inner_run(out, x) >= kernels.NUMPY_RUN
+    assert slabs == (shape[-1] >= 16)
+    kernels.fused(out, x, conj_x=conj, threads=2)
+    want = np.conj(x) if conj else x
+    np.testing.assert_array_equal(out, want)
+    assert (parent[1::2] == 7).all()
