@@ -235,8 +235,12 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
         if layout_key is not None:
             try:
                 chain = _chains.get(layout_key if into is None else _out_key(layout_key, into))
+                passed = None if out is not None else _numpy_calls.get(layout_key)
             except TypeError:  # an unhashable optimizer: the general path, never remembered
-                layout_key = None
+                layout_key = passed = None
+            if passed is not None:  # numpy.einsum's own call (integers, views), as decided
+                numpy_eq, numpy_dtype, numpy_opt = passed
+                return _numpy_einsum_call(numpy_eq, operands[1:], numpy_dtype, numpy_opt)
         if chain is not None:  # the whole network as compiled programs for these layouts
             found = _deliver(chain(*operands[1:]), out) if into is None else chain(
                 *operands[1:], into)
@@ -310,11 +314,17 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
     tapp = _tapp_datatype(compute)
     if tapp is None or (len(arrays) == 1 and target is None and compute == arrays[0].dtype
                         and _relabels_only(equation)):
+        numpy_eq, numpy_opt = _ascii(equation), _numpy_optimize(optimize, len(arrays))
         numpy_einsum: Any = np.einsum  # its overloads do not cover run-time options
-        result = numpy_einsum(_ascii(equation), *arrays, out=target, dtype=want, order=layout,
-                              casting=casting, optimize=_numpy_optimize(optimize, len(arrays)))
+        result = numpy_einsum(numpy_eq, *arrays, out=target, dtype=want, order=layout,
+                              casting=casting, optimize=numpy_opt)
         if out is not None:
             return out
+        if layout_key is not None and like is None:  # later calls: straight to numpy.einsum
+            with _thin_lock:
+                if len(_numpy_calls) >= THIN_CACHE_SIZE:
+                    _numpy_calls.clear()
+                _numpy_calls[layout_key] = (numpy_eq, want, numpy_opt)
         return result if like is None else to_library(np.asarray(result), like)
     final = tapp
     if tapp in (Datatype.F16, Datatype.BF16) and _lacks(backend_name_of(backend), tapp):
@@ -380,6 +390,20 @@ _MATMUL_BACKENDS = ("auto", "blas")
 _pairs: dict[Any, DirectCalls] = {}
 
 
+#: Raw arguments with the operands' layouts -> numpy.einsum's call that einsum passed them to
+#: (integer and boolean operands, one operand only permuted or viewed along a diagonal): its
+#: equation in ASCII letters, ``dtype=`` and ``optimize=`` (order "K", casting "safe").
+_numpy_calls: dict[Any, tuple[str, Any, Any]] = {}
+
+
+def _numpy_einsum_call(eq: str, inputs: Sequence[np.ndarray], dtype: Any, optimize: Any) -> Any:
+    """Return ``numpy.einsum``'s result of a call whose arguments were checked before."""
+    if dtype is None and optimize is False:  # numpy's defaults: its shortest call
+        return np.einsum(eq, *inputs)
+    numpy_einsum: Any = np.einsum  # its overloads do not cover run-time options
+    return numpy_einsum(eq, *inputs, dtype=dtype, order="K", casting="safe", optimize=optimize)
+
+
 def _remember_direct(key: Any, direct: DirectCalls) -> DirectCalls:
     """Keep ``direct`` as the matmul of ``key``'s calls (the cache is bounded)."""
     with _thin_lock:
@@ -410,7 +434,8 @@ def forget_calls() -> None:
     >>> forget_calls()
     """
     with _thin_lock:
-        for cache in (_thin, _chains, _pairs, _tensordot_calls, _tensordot_modes):
+        for cache in (_thin, _chains, _pairs, _numpy_calls, _tensordot_calls,
+                      _tensordot_modes):
             cache.clear()
     forget_expressions()  # one-shot calls' expressions: their tuning budgets start afresh
 

@@ -148,3 +148,36 @@ def test_out_that_is_an_operand_of_the_last_product_stays_right() -> None:
         want = np.einsum("ij,jk,kl->il", a, b, x)
         assert pytapp.einsum("ij,jk,kl->il", a, b, x, out=x) is x
         np.testing.assert_array_equal(x, want)
+
+
+@pytest.mark.parametrize(("eq", "shapes", "kwargs"), [
+    ("ij,jk->ik", [(3, 4), (4, 5)], {}),  # integers: numpy.einsum computes them
+    ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)], {"optimize": "greedy"}),
+    ("ij,jk->ik", [(3, 4), (4, 5)], {"dtype": np.int64}),
+    ("ijk->kji", [(3, 4, 5)], {}),  # one operand permuted or viewed along its diagonal:
+    ("ii->i", [(4, 4)], {}),  # numpy.einsum's views
+])
+def test_calls_passed_to_numpy_repeat_without_the_general_path(
+        eq: str, shapes: list[tuple[int, ...]], kwargs: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call einsum hands to numpy.einsum is remembered: a repeated one goes straight
+    there, with the same result (and, for one operand, the same view of its memory)."""
+    for name in ("_thin", "_chains", "_pairs", "_numpy_calls"):
+        monkeypatch.setattr(numpy_api, name, {})
+    rng = np.random.default_rng(2)
+    ints = len(shapes) > 1
+    ops = [rng.integers(-5, 6, s) if ints else rng.standard_normal(s) for s in shapes]
+    want = np.einsum(eq, *ops, **kwargs)
+    first = pytapp.einsum(eq, *ops, **kwargs)
+    calls = []
+    monkeypatch.setattr(numpy_api, "_check_out", lambda *a: calls.append(a))  # general path
+    again = pytapp.einsum(eq, *ops, **kwargs)
+    assert not calls, "the repeated call took the general path"
+    for got in (first, again):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        if not ints:
+            assert np.shares_memory(got, ops[0])
+    other = [x + 1 for x in ops]  # other arrays of the same layouts: their own result
+    np.testing.assert_array_equal(pytapp.einsum(eq, *other, **kwargs),
+                                  np.einsum(eq, *other, **kwargs))
