@@ -38,9 +38,11 @@ from pytapp.backends.base import ALL_PRECTYPES, Capabilities, Stateless
 from pytapp.backends.threads import (
     default_threads,
     parallel_copyto,
+    parallel_einsum,
     parallel_map,
     parallel_matmul,
     parallel_multiply,
+    parallel_sum,
 )
 from pytapp.datatypes import Datatype
 from pytapp.errors import TappError
@@ -614,10 +616,11 @@ class BlasPlan(Stateless):
             # GEMV-like sum 0.28 ms against 0.62), given each operand with its own labels and
             # no out= (with out= it keeps D's loop order: 6.5 ms against 0.7 on bj,ojb->bo);
             # the reduced result is then copied into D
+            # (split over the threads along D's longest label when the operands are large)
             index = {lab: i for i, lab in enumerate(labels)}
-            bound.d[...] = np.einsum(bound.a, [index[x] for x in spec.a.modes.labels],
-                                     bound.b, [index[x] for x in spec.b.modes.labels],
-                                     [index[x] for x in out_labels])
+            parallel_einsum(bound.d, bound.a, [index[x] for x in spec.a.modes.labels],
+                            bound.b, [index[x] for x in spec.b.modes.labels],
+                            [index[x] for x in out_labels], threads)
             return
         x = self._label_view(bound.a, spec.a, labels)
         y = self._label_view(bound.b, spec.b, labels)
@@ -733,7 +736,7 @@ class BlasPlan(Stateless):
             kernels.reduce(out, view, conj_x=conj, threads=threads)
             return out, out.nbytes
         if reduce:
-            x = np.sum(x, axis=reduce, dtype=self.compute)
+            x = parallel_sum(x, reduce, self.compute, threads)
             copied += x.nbytes
         x = x.transpose(perm)
         if conj or x.dtype != self.compute:

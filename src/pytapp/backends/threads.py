@@ -28,8 +28,8 @@ from pytapp.kernels.pool import cores as default_threads
 from pytapp.kernels.pool import executor as _executor
 from pytapp.kernels.program import half_copy, pool_map, summed_gemm, tiled_copy
 
-__all__ = ["default_threads", "parallel_copyto", "parallel_map", "parallel_matmul",
-           "parallel_multiply"]
+__all__ = ["default_threads", "parallel_copyto", "parallel_einsum", "parallel_map",
+           "parallel_matmul", "parallel_multiply", "parallel_sum"]
 
 #: Below this many bytes of output an operation runs on the calling thread.
 MIN_BYTES = 1 << 22
@@ -78,6 +78,109 @@ def parallel_map(out: np.ndarray, inputs: tuple[np.ndarray, ...], threads: int |
         tasks.append((out[tuple(index)], *(cut(x, s) for x in inputs)))
     if not pool_map(lambda i: work(*tasks[i]), len(tasks)):  # the BLAS's threads, else ours
         list(_executor(n).map(lambda t: work(*t), tasks))
+
+
+def _run_parts(work: Callable[[int], object], count: int, threads: int) -> None:
+    """Run ``work(i)`` for ``i < count`` on the BLAS's threads, else on ours."""
+    if not pool_map(work, count):
+        list(_executor(threads).map(work, range(count)))
+
+
+def parallel_sum(x: np.ndarray, axes: tuple[int, ...], dtype: Any,
+                 threads: int | None = None, min_bytes: int | None = None) -> Any:
+    """``np.sum(x, axis=axes, dtype=dtype)`` split across threads.
+
+    A sum is memory-bound and one core streams about half of what two do (a 2000 x 2000 F64
+    sum took 1.58 ms on one, 0.79 ms on two). The largest kept axis is cut into slabs, each
+    summed into its part of the result; with no kept axis long enough, the largest summed one
+    is, and the threads' partial sums are added (each one NumPy's pairwise sum). Small
+    operands (under ``min_bytes``, default :data:`MIN_BYTES`) are summed on the calling thread.
+
+    Examples
+    --------
+    >>> x = np.arange(24.0).reshape(4, 6)
+    >>> float(parallel_sum(x, (0, 1), np.float64, threads=2, min_bytes=0))
+    276.0
+    """
+    n = threads or default_threads()
+    limit = MIN_BYTES if min_bytes is None else min_bytes
+    if n <= 1 or x.nbytes < limit or not axes:
+        return np.sum(x, axis=axes, dtype=dtype)
+    kept = [i for i in range(x.ndim) if i not in axes]
+    cut = max(kept, key=lambda i: x.shape[i], default=-1)
+    if cut >= 0 and x.shape[cut] >= 2 * n:
+        out = np.empty([x.shape[i] for i in kept], dtype=dtype)
+        at = kept.index(cut)
+        parts = _slabs(x.shape[cut], n)
+
+        def keep(i: int) -> None:
+            index = [slice(None)] * x.ndim
+            index[cut] = parts[i]
+            where = [slice(None)] * out.ndim
+            where[at] = parts[i]
+            np.sum(x[tuple(index)], axis=axes, dtype=dtype, out=out[tuple(where)])
+
+        _run_parts(keep, len(parts), n)
+        return out
+    cut = max(axes, key=lambda i: x.shape[i])
+    if x.shape[cut] < 2:
+        return np.sum(x, axis=axes, dtype=dtype)
+    parts = _slabs(x.shape[cut], n)
+    sums: list[Any] = [None] * len(parts)
+
+    def partial(i: int) -> None:
+        index = [slice(None)] * x.ndim
+        index[cut] = parts[i]
+        sums[i] = np.sum(x[tuple(index)], axis=axes, dtype=dtype)
+
+    _run_parts(partial, len(parts), n)
+    total = sums[0]
+    for part in sums[1:]:
+        total = total + part
+    return total
+
+
+def parallel_einsum(out: np.ndarray, a: np.ndarray, a_sub: list[int], b: np.ndarray,
+                    b_sub: list[int], out_sub: list[int], threads: int | None = None,
+                    min_bytes: int | None = None) -> None:
+    """``out[...] = np.einsum(a, a_sub, b, b_sub, out_sub)`` split across threads.
+
+    NumPy's sum-of-products loop runs on one core; a memory-bound one (a GEMV-like sum, a
+    row-wise dot) gains from a second (100000 rows of 8-element dots: 1.0 ms on one, 0.57 ms
+    on two). The longest output label is cut into slabs, each computed by NumPy into a
+    temporary and written into its part of ``out``. Operands of fewer than ``min_bytes``
+    (default :data:`MIN_BYTES`) together run on the calling thread.
+
+    Examples
+    --------
+    >>> x = np.arange(12.0).reshape(6, 2)
+    >>> d = np.empty(6)
+    >>> parallel_einsum(d, x, [0, 1], x, [0, 1], [0], threads=2, min_bytes=0)
+    >>> d.tolist() == np.einsum("ij,ij->i", x, x).tolist()
+    True
+    """
+    n = threads or default_threads()
+    limit = MIN_BYTES if min_bytes is None else min_bytes
+    cut = max(range(out.ndim), key=lambda i: out.shape[i], default=-1)
+    if n <= 1 or a.nbytes + b.nbytes < limit or cut < 0 or out.shape[cut] < 2 * n:
+        out[...] = np.einsum(a, a_sub, b, b_sub, out_sub)
+        return
+    label = out_sub[cut]
+    parts = _slabs(out.shape[cut], n)
+
+    def view(x: np.ndarray, sub: list[int], s: slice) -> np.ndarray:
+        if label not in sub:
+            return x
+        index = [slice(None)] * x.ndim
+        index[sub.index(label)] = s
+        return x[tuple(index)]
+
+    def part(i: int) -> None:
+        s = parts[i]
+        view(out, out_sub, s)[...] = np.einsum(view(a, a_sub, s), a_sub, view(b, b_sub, s),
+                                               b_sub, out_sub)
+
+    _run_parts(part, len(parts), n)
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
