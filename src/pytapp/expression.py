@@ -385,8 +385,8 @@ class EinsumExpression:
         The network compiled for these layouts runs when there is one; else the datatype and
         handle found for these dtypes before are reused (``None``: take the general path,
         which also reports every error). ``out`` (a writable NumPy array of the result's
-        shape, see :func:`plain_out`) receives the result,
-        which is then ``out`` itself; one of another datatype takes the general path.
+        shape, see :func:`plain_out`) receives the result, which is then ``out`` itself; one
+        of another datatype takes the general path.
         """
         net = self.network
         if tuple(a.shape for a in arrays) != net.shapes:
