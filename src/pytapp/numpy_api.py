@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import sys
 import threading
 from collections.abc import Sequence
@@ -313,7 +314,7 @@ def einsum(*operands: Any, out: ArrayLike | None = None, optimize: Any = "auto",
                  casting)
     tapp = _tapp_datatype(compute)
     if tapp is None or (len(arrays) == 1 and target is None and compute == arrays[0].dtype
-                        and _relabels_only(equation)):
+                        and (_relabels_only(equation) or _small_pass(equation, arrays[0]))):
         numpy_eq, numpy_opt = _ascii(equation), _numpy_optimize(optimize, len(arrays))
         numpy_einsum: Any = np.einsum  # its overloads do not cover run-time options
         result = numpy_einsum(numpy_eq, *arrays, out=target, dtype=want, order=layout,
@@ -647,6 +648,21 @@ def _tapp_datatype(dtype: np.dtype[Any]) -> Datatype | None:
 def _relabels_only(equation: Equation) -> bool:
     """Whether a one-operand equation only permutes or takes diagonals (a view in NumPy)."""
     return set(equation.inputs[0]) == set(equation.output)
+
+
+#: One operand whose labels span at most this many elements (a trace, a short sum) is
+#: numpy.einsum's single pass: 3000 diagonal elements of a 3000 x 3000 F64 matrix summed in
+#: 21 us, where a TAPP product's planned call cost 76 us.
+ONE_PASS_MAX = 1 << 16
+_ONE_PASS_DTYPES = frozenset(np.dtype(t) for t in ("f4", "f8", "c8", "c16"))
+
+
+def _small_pass(equation: Equation, a: np.ndarray) -> bool:
+    """Whether a one-operand equation reads few elements of ``a`` (its labels' extents)."""
+    if a.dtype not in _ONE_PASS_DTYPES:
+        return False
+    extents = dict(zip(equation.inputs[0], a.shape, strict=True))
+    return bool(math.prod(extents.values()) <= ONE_PASS_MAX)
 
 
 def _ascii(equation: Equation) -> str:

@@ -1,4 +1,4 @@
-"""Sums and sum-of-products loops split across threads, against NumPy on exact data."""
+"""Sums, sum-of-products loops and products split across threads, against NumPy on exact data."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pytapp
-from pytapp.backends.threads import parallel_einsum, parallel_sum
+from pytapp.backends.threads import parallel_einsum, parallel_multiply, parallel_sum
 
 
 def _ints(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -76,3 +76,28 @@ def test_blas_products_with_split_reductions(eq: str, shapes: list[tuple[int, ..
         np.testing.assert_array_equal(out, np.einsum(eq, *ops))
     if threads.default_threads() > 1:
         assert split, "the sum ran on one thread"
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [
+    ((300, 1), (1, 200)),  # an outer product: a repeats along out's rows (einsum's loop)
+    ((300, 200), (300, 1)),  # rows scaled
+    ((300, 200), (1, 200)),  # columns scaled
+    ((30, 1, 16), (1, 40, 16)),  # a Khatri-Rao product
+    ((300, 200), (300, 200)),  # a Hadamard product (the ufunc)
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_parallel_multiply_matches_numpy(a_shape: tuple[int, ...], b_shape: tuple[int, ...],
+                                         dtype: type, threads: int) -> None:
+    rng = np.random.default_rng(12)
+    a = _ints(rng, a_shape).astype(dtype)
+    b = _ints(rng, b_shape).astype(dtype)
+    want = a * b
+    parent = np.full((2 * want.shape[0], *want.shape[1:]), 7, dtype=dtype)
+    out = parent[::2]
+    parallel_multiply(a, b, out, threads=threads, min_bytes=0)
+    np.testing.assert_array_equal(out, want)
+    assert (parent[1::2] == 7).all()
+    transposed = np.empty(want.shape[::-1], dtype=dtype).T  # out's fastest axis is its first
+    parallel_multiply(a, b, transposed, threads=threads, min_bytes=0)
+    np.testing.assert_array_equal(transposed, want)
