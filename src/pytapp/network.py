@@ -438,8 +438,14 @@ class Network:
                 later = "".join(lbl for _, lbl in live) + "".join(lbl for _, lbl in rest[j + 1:])
                 if last_group and j == len(rest) - 1:
                     pair = (labels, first_labels) if self.flip_final else (first_labels, labels)
-                    out_labels = (self._natural(*pair, set(output)) if self.free_layout
-                                  else output)
+                    if not self.free_layout:
+                        out_labels = output
+                    elif set(first_labels) | set(labels) == set(output):  # nothing summed:
+                        # the larger operand's order, read and written in memory order (ij,j->ij
+                        # written as ji, a GEMM's order, took 10.8 ms against numpy's 5.1)
+                        out_labels = self._intermediate(first_labels, labels, set(output))
+                    else:
+                        out_labels = self._natural(*pair, set(output))
                 else:
                     out_labels = self._intermediate(first_labels, labels,
                                                     set(output) | set(later))

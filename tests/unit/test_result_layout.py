@@ -110,3 +110,24 @@ def test_gemm_transposes_counts_operands_read_against_their_order(a: str, b: str
                                                                   count: int) -> None:
     from pytapp.analysis.labels import gemm_transposes
     assert gemm_transposes(a, b, d) == count
+
+
+@pytest.mark.parametrize(("eq", "shapes", "big"), [
+    ("ij,j->ij", [(40, 30), (30,)], 0),  # a row scaled: A's order, not j first as a GEMM's
+    ("j,ij->ij", [(30,), (40, 30)], 1),
+    ("ijk,ik->ijk", [(5, 6, 7), (5, 7)], 0),
+    ("ik,kji->kij", [(5, 7), (7, 6, 5)], 1),  # the larger operand is read in memory order
+])
+def test_a_final_product_that_sums_nothing_writes_the_larger_operands_order(
+        eq: str, shapes: list[Any], big: int) -> None:
+    ops = [_ints(s, k + 3) for k, s in enumerate(shapes)]
+    want = np.einsum(eq, *ops)
+    expr = pytapp.einsum_expression(eq, *shapes)  # planned (no pytapp.direct matmul first)
+    for _ in range(3):
+        got = expr(*ops)
+        np.testing.assert_array_equal(got, want)
+    labels = eq.split("->")[0].split(",")[big]
+    out = eq.split("->")[1]
+    # memory order of the result: the larger operand's labels, in that operand's order
+    order = [out.index(ch) for ch in labels if ch in out]
+    assert got.transpose(order).flags.c_contiguous
