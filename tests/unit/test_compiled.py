@@ -923,6 +923,28 @@ def test_threads_share_one_expression(n: int) -> None:
     _in_threads(work)
 
 
+@pytest.mark.parametrize("n", [6, 34], ids=["small", "large"])
+def test_threads_write_into_their_own_out(n: int) -> None:
+    """Sixteen threads calling one expression and one-shot einsum with out= of two layouts:
+    the chains built for out's layouts write each call's result into that call's out."""
+    shapes = [(n, n + 1), (n + 1, n + 2), (n + 2, n - 1)]
+    eq = "ij,jk,kl->li"
+    expr = pytapp.einsum_expression(eq, *shapes, backend="blas")
+    result = (n - 1, n)
+
+    def work(k: int) -> None:
+        rng = np.random.default_rng(300 + k)
+        for r in range(ROUNDS if n < 10 else 8):
+            ops = [_ints(rng, s) for s in shapes]
+            want = np.einsum(eq, *(x.astype(np.int64) for x in ops))
+            out = np.full(result, np.nan, order="F" if (k + r) % 2 else "C")
+            got = expr(*ops, out=out) if r % 2 else pytapp.einsum(eq, *ops, out=out,
+                                                                 backend="blas")
+            assert got is out and np.array_equal(out, want)
+
+    _in_threads(work)
+
+
 def _checked_calls(expr: Any, eq: str, shapes: Sequence[tuple[int, ...]], seed: int,
                    calls: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Call ``expr`` on exact small-integer operands ``calls`` times, each result checked."""
