@@ -232,6 +232,32 @@ def test_short_copy_runs_are_copied_columns_first(expr: str, role: str, c: int, 
     assert flipped and all(np.prod(s) == big.size for s in flipped), flipped
 
 
+def test_long_strided_copy_runs_are_copied_columns_first_when_those_stream() -> None:
+    """A ring term's B (kjcb packed as (jb, kc)) reads c's 40 elements 40 apart; columns
+    first (kc, jb) reads b's at unit stride: that order is chosen, and only then."""
+    b = np.zeros((3, 3, 40, 40))  # k j c b
+    x = b.transpose(1, 3, 0, 2)  # j b k c: rows (j, b), columns (k, c)
+    assert blas._copy_columns_first(x, 0, 2) == (2, 3, 0, 1)
+    a = np.zeros((3, 3, 40, 40)).transpose(0, 2, 1, 3)  # ijab as (i a, j b): b streams
+    assert blas._copy_columns_first(a, 0, 2) is None
+    both = np.zeros((40, 3, 40, 3)).transpose(1, 0, 3, 2)  # neither order streams
+    assert blas._copy_columns_first(both, 0, 2) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_ring_term_packed_columns_first_is_exact(dtype: type,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)  # not numpy.einsum's small-product route
+    rng = np.random.default_rng(5)
+    sizes = {"i": 3, "j": 2, "k": 4, "a": 33, "b": 40, "c": 36}
+    expr = "ijab,kjcb->ikac"
+    a, b = _ints(rng, "ijab", sizes, dtype), _ints(rng, "kjcb", sizes, dtype)
+    d = np.full([sizes[ch] for ch in "ikac"], np.nan, dtype=dtype)
+    _run(expr, a, b, d)
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    np.testing.assert_array_equal(d, np.einsum(expr, a.astype(wide), b.astype(wide)))
+
+
 @pytest.mark.parametrize(("expr", "loops"), [
     ("kbcd,kd->bc", 1),     # k and d do not fuse in A: loop over k, GEMVs over (bc) x d
     ("kacb,kc->ab", 1),     # c lies between a and b: loop over k and a
