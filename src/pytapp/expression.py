@@ -454,7 +454,7 @@ class EinsumExpression:
         if trial.calls == 0:
             known = wisdom.lookup("layout", self._key(dt))
             if isinstance(known, dict) and isinstance(known.get("flipped"), bool):
-                self._settle(layouts[1] if known["flipped"] else layouts[0])
+                self._settle(next(n for n in layouts if n.flip_final is known["flipped"]))
                 return self.network, -1
             chosen = machine_layout(*layouts)  # a thin result: the machine's measured layout
             if chosen is not None:

@@ -274,3 +274,32 @@ def test_a_recorded_layout_wins_over_the_machine_one(monkeypatch: pytest.MonkeyP
         got = again(*ops)
         np.testing.assert_array_equal(got, np.einsum(eq, *ops))
         assert got.shape[int(np.argmax(got.strides))] == kept_rows
+
+
+@pytest.mark.parametrize(("tall_over_wide", "out_labels"), [
+    (1.5, "ijab"),   # wide written faster: B's free label (12) first, then A's (jab)
+    (0.6, "jabi"),   # tall written faster: A's free labels first, then B's
+    (1.05, "jabi"),  # no clear preference: the GEMM's natural order, A's first
+])
+def test_thin_last_gemm_of_any_size_takes_the_machine_orientation(
+        tall_over_wide: float, out_labels: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A free layout's thin last GEMM (kjab,ki->ijab: 12 rows against 360) is written in the
+    orientation the machine's BLAS measured faster, at any size (no trial is involved)."""
+    from pytapp.analysis.subscripts import parse_subscripts
+    from pytapp.machine import Machine
+
+    monkeypatch.setattr(network, "machine_constants",
+                        lambda: Machine("test", tall_over_wide=tall_over_wide))
+    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1 << 30)  # this module's fixture lowers it
+    eq, shapes = "kjab,ki->ijab", [(4, 3, 10, 12), (4, 12)]
+    net = network.Network(parse_subscripts(eq, [4, 2]), shapes, free_layout=True)
+    assert net.flipped() is None  # far below FLIP_MIN_FLOPS: no trial either way
+    assert net.steps[-1].out_labels == out_labels
+    assert net.flip_final is (out_labels == "ijab")
+    fixed = network.Network(parse_subscripts(eq, [4, 2]), shapes)  # the layout asked for
+    assert fixed.steps[-1].out_labels == "ijab" and not fixed.flip_final
+    ops = [_ints(s, i) for i, s in enumerate(shapes)]
+    got = EinsumExpression(eq, *shapes)(*ops)
+    np.testing.assert_array_equal(got, np.einsum(eq, *ops))
+    rows = got.shape[int(np.argmax(got.strides))]
+    assert rows == (12 if out_labels == "ijab" else 3)  # i, or j of jab
