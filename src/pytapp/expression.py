@@ -181,6 +181,20 @@ def result_datatype(arrays: Sequence[np.ndarray], dtype: Any = None) -> Datatype
     return datatype_of(common, f"the result (from {sorted({str(a.dtype) for a in arrays})})")
 
 
+def _layout_dtype(operands: Sequence[Any]) -> Datatype | None:
+    """Return the datatype of an einsum of ``operands`` when all are arrays, for its layout.
+
+    ``None`` when any is a shape, a torch tensor or of no TAPP datatype's promotion.
+    """
+    if not operands or any(_is_shape(x) or is_torch(x) or not isinstance(x, np.ndarray)
+                           for x in operands):
+        return None
+    try:
+        return result_datatype(operands)
+    except TappError:
+        return None
+
+
 def normalize_call(subscripts: Any, operands: Sequence[Any]) -> tuple[str, list[Any]]:
     """Subscripts and operands of either einsum form (the string or the sublist form)."""
     if isinstance(subscripts, str):
@@ -223,10 +237,11 @@ class EinsumExpression:
         self.equation: Equation = parse_subscripts(subscripts, [len(s) for s in shapes])
         # The result in the layout its last product writes (numpy.einsum returns such views
         # too): no permuting copy of the result
-        self.network = Network(self.equation, shapes, optimize=optimize,
-                               memory_limit=memory_limit, free_layout=True)
-        self.backend = backend_name(backend)
         self.dtype = None if dtype is None else datatype_of(dtype, "dtype=")
+        self.network = Network(self.equation, shapes, optimize=optimize,
+                               memory_limit=memory_limit, free_layout=True,
+                               layout_dtype=self.dtype or _layout_dtype(shapes_or_arrays))
+        self.backend = backend_name(backend)
         #: For ``backend="auto"``: the backend of the whole network per datatype (``"auto"``:
         #: each step's own choice, the default until a timing within budget says otherwise).
         self.choices: dict[Datatype, str] = {}
@@ -456,7 +471,7 @@ class EinsumExpression:
             if isinstance(known, dict) and isinstance(known.get("flipped"), bool):
                 self._settle(next(n for n in layouts if n.flip_final is known["flipped"]))
                 return self.network, -1
-            chosen = machine_layout(*layouts)  # a thin result: the machine's measured layout
+            chosen = machine_layout(*layouts, dt)  # a thin result: the machine's measured one
             if chosen is not None:
                 self._settle(chosen)
                 return self.network, -1
@@ -621,14 +636,16 @@ def cached_expression(subscripts: str, arrays: Sequence[np.ndarray], optimize: A
     key: Hashable | None = None
     opt_key = path_key(optimize)
     if optimize is None or isinstance(optimize, (bool, str)) or opt_key is not optimize:
+        # the result layout may depend on the datatype (a thin GEMM's orientation)
         key = (subscripts, shapes, opt_key, str(memory_limit), backend_name(backend),
-               None if dtype is None else datatype_of(dtype, "dtype="))
+               None if dtype is None else datatype_of(dtype, "dtype="),
+               None if dtype is not None else _layout_dtype(arrays))
         with _cache_lock:
             hit = _cache.get(key)
             if hit is not None:
                 _cache.move_to_end(key)
                 return hit
-    expr = EinsumExpression(subscripts, *shapes, optimize=optimize, memory_limit=memory_limit,
+    expr = EinsumExpression(subscripts, *arrays, optimize=optimize, memory_limit=memory_limit,
                             backend=backend, dtype=dtype)
     if key is not None:
         with _cache_lock:

@@ -59,14 +59,27 @@ class Machine:
     big: dict[str, dict[str, float]] = field(default_factory=dict)
     small: dict[str, dict[str, float]] = field(default_factory=dict)
     measured: bool = False
-    #: NumPy's BLAS: seconds of a thin F64 GEMM writing its result tall (rows of the small
-    #: extent) over the same GEMM writing it wide (:func:`_orientation`); 1: no preference.
-    tall_over_wide: float = 1.0
+    #: NumPy's BLAS, per datatype (:data:`ORIENTED`): seconds of a thin GEMM writing its
+    #: result tall (rows of the long extent) over the same GEMM writing it wide
+    #: (:func:`_orientation`); 1 or absent: no preference.
+    orientation: dict[str, float] = field(default_factory=dict)
 
     def gemm_rate(self, library: str, dtype: str, small: bool = False) -> float:
         """Flop/s of a GEMM by ``library`` ('numpy' or 'torch') in ``dtype``; 0 if unknown."""
         table = self.small if small else self.big
         return float(table.get(library, {}).get(dtype, 0.0))
+
+    def tall_over_wide(self, dtype: str) -> float:
+        """How much longer a thin GEMM in ``dtype`` takes written tall than wide (1: unknown).
+
+        Examples
+        --------
+        >>> Machine("example", orientation={"f64": 1.4}).tall_over_wide("f64")
+        1.4
+        >>> Machine("example").tall_over_wide("f32")
+        1.0
+        """
+        return float(self.orientation.get(dtype, 1.0))
 
 
 #: Libraries whose versions change what is fastest (read from their metadata, not imported).
@@ -202,27 +215,36 @@ def _measure(key: str) -> Machine:
     dst = np.empty_like(src)
     bandwidth = 2 * src.nbytes / _best(lambda: np.copyto(dst, src))
     time.sleep(0.3)  # torch's pool, measured last, idle again
-    return Machine(key, bandwidth, big, small, measured=True, tall_over_wide=_orientation())
+    return Machine(key, bandwidth, big, small, measured=True, orientation=_orientations())
 
 
 #: Extents of the orientation probe: a GEMM of (THIN x LONG) by (LONG x LONG).
 ORIENT_THIN, ORIENT_LONG = 128, 1536
+#: Datatypes whose orientation is measured.
+ORIENTED = ("f32", "f64", "c64", "c128")
 
 
-def _orientation() -> float:
+def _orientations() -> dict[str, float]:
+    return {dt: _orientation(dt) for dt in ORIENTED}
+
+
+def _orientation(dtype: str = "f64") -> float:
     """Return how much longer NumPy's BLAS takes to write a thin GEMM's result tall than wide.
 
-    One GEMM, C = A B with A of ``ORIENT_THIN x ORIENT_LONG``, run as ``A @ B`` into a wide
-    C-ordered result and as ``B.T @ A.T`` into a tall one (the same GEMM transposed, what an
-    einsum's free result layout chooses between). OpenBLAS's Sapphire Rapids kernels took
-    1.37x as long tall; on a Zen 3 EPYC the tall layout was the faster of such CCSD terms.
-    About 60 ms once per machine.
+    One GEMM in ``dtype``, C = A B with A of ``ORIENT_THIN x ORIENT_LONG``, run as ``A @ B``
+    into a wide C-ordered result and as ``B.T @ A.T`` into a tall one (the same GEMM
+    transposed, what an einsum's free result layout chooses between). The preference differs
+    by datatype: OpenBLAS's Sapphire Rapids kernels took 1.21-1.96x as long tall in F64 on
+    thin GEMMs of several shapes, but 0.84-0.94x in F32 (C128: 0.87-1.20); on a Zen 3 EPYC
+    the tall layout was the faster of F64 CCSD terms. About 0.3 s once per machine.
     """
+    kind = {"f32": np.float32, "f64": np.float64, "c64": np.complex64,
+            "c128": np.complex128}[dtype]
     rng = np.random.default_rng(1)
-    a = rng.standard_normal((ORIENT_THIN, ORIENT_LONG))
-    b = rng.standard_normal((ORIENT_LONG, ORIENT_LONG))
-    wide = np.empty((ORIENT_THIN, ORIENT_LONG))
-    tall = np.empty((ORIENT_LONG, ORIENT_THIN))
+    a = rng.standard_normal((ORIENT_THIN, ORIENT_LONG)).astype(kind)
+    b = rng.standard_normal((ORIENT_LONG, ORIENT_LONG)).astype(kind)
+    wide = np.empty((ORIENT_THIN, ORIENT_LONG), kind)
+    tall = np.empty((ORIENT_LONG, ORIENT_THIN), kind)
     times = [_best(partial(np.matmul, a, b, out=wide)),
              _best(partial(np.matmul, b.T, a.T, out=tall))]
     times[0] = min(times[0], _best(partial(np.matmul, a, b, out=wide)))  # either may go first
@@ -258,11 +280,14 @@ def constants() -> Machine:
         try:
             data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             if data.get("key") == key:
-                orientation = data.get("tall_over_wide")
+                found = data.get("orientation")
+                orientation = ({str(k): float(v) for k, v in found.items()}
+                               if isinstance(found, dict) else {})
+                fresh = set(ORIENTED) - set(orientation)
+                orientation.update({dt: _orientation(dt) for dt in sorted(fresh)})
                 _cached = Machine(key, float(data["bandwidth"]), data["big"], data["small"],
-                                  measured=True, tall_over_wide=float(
-                                      _orientation() if orientation is None else orientation))
-                if orientation is None:  # a file from before that constant: add it
+                                  measured=True, orientation=orientation)
+                if fresh:  # a file from before these constants: add them
                     _save(path, _cached)
                 return _cached
         except (OSError, ValueError, KeyError, TypeError):
@@ -277,7 +302,7 @@ def _save(path: Path, m: Machine) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two processes may write at once
         tmp.write_text(json.dumps({"key": m.key, "bandwidth": m.bandwidth, "big": m.big,
-                                   "small": m.small, "tall_over_wide": m.tall_over_wide}),
+                                   "small": m.small, "orientation": m.orientation}),
                        encoding="utf-8")
         os.replace(tmp, path)
     except OSError:

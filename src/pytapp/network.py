@@ -58,7 +58,7 @@ FLIP_MIN_FLOPS = 1 << 30
 #: A last GEMM is thin when one of its free extents is at least this many times the other.
 FLIP_ASPECT = 4
 #: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
-#: (:attr:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
+#: (:meth:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
 ORIENT_MARGIN = 1.1
 
 Path = list[tuple[int, ...]]
@@ -274,37 +274,40 @@ class PathInfo:
         return "\n".join(lines)
 
 
-def _wide_is_faster(m: int, n: int) -> bool | None:
-    """Whether this machine's BLAS writes an ``m x n`` thin GEMM result faster wide.
+def _wide_is_faster(m: int, n: int, dtype: Datatype) -> bool | None:
+    """Whether this machine's BLAS writes an ``m x n`` thin GEMM result in ``dtype`` faster wide.
 
-    ``None``: the result is not thin, or the machine has no clear preference.
+    ``None``: the result is not thin, or the machine has no clear preference in ``dtype``.
     """
     if max(m, n) < FLIP_ASPECT * min(m, n):
         return None
-    ratio = machine_constants().tall_over_wide
+    ratio = machine_constants().tall_over_wide(dtype.short_name)
     if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
         return None
     return ratio >= ORIENT_MARGIN
 
 
-def machine_layout(natural: Network, flipped: Network) -> Network | None:
+def machine_layout(natural: Network, flipped: Network, dtype: Datatype) -> Network | None:
     """Return the result layout this machine's BLAS writes faster, or ``None`` (try both).
 
     ``flipped`` is ``natural`` with its last GEMM transposed (:meth:`Network.flipped`). A
-    thin last GEMM (one free extent at least :data:`FLIP_ASPECT` times the other) takes the
-    orientation the machine measured faster (:attr:`pytapp.machine.Machine.tall_over_wide`),
-    when the preference is clear by :data:`ORIENT_MARGIN`; a square one, or a machine without
-    a clear preference, is tried both ways.
+    thin last GEMM (one free extent at least :data:`FLIP_ASPECT` times the other) without
+    batch labels takes the orientation the machine measured faster in ``dtype``
+    (:meth:`pytapp.machine.Machine.tall_over_wide`), when the preference is clear by
+    :data:`ORIENT_MARGIN`; a square or batched one, or a machine without a clear preference,
+    is tried both ways.
 
     Examples
     --------
     >>> from pytapp.analysis.subscripts import parse_subscripts
     >>> net = Network(parse_subscripts("ik,kj->ij", [2, 2]), [(64, 2048), (2048, 64)],
     ...               free_layout=True)
-    >>> machine_layout(net, net) is None  # 64 x 64: square, no preference without a trial
+    >>> machine_layout(net, net, Datatype.F64) is None  # 64 x 64: square, no preference
     True
     """
-    wide = _wide_is_faster(*natural.final_extents())
+    if natural.final_batched():
+        return None
+    wide = _wide_is_faster(*natural.final_extents(), dtype)
     if wide is None:
         return None
     return natural if natural.writes_wide() == wide else flipped
@@ -325,7 +328,8 @@ class Network:
 
     def __init__(self, equation: Equation, shapes: Sequence[tuple[int, ...]], *,
                  optimize: Any = "auto", memory_limit: Any = None,
-                 free_layout: bool = False, flip_final: bool | None = None) -> None:
+                 free_layout: bool = False, flip_final: bool | None = None,
+                 layout_dtype: Datatype | None = None) -> None:
         self.equation = equation
         self.shapes = tuple(tuple(int(x) for x in s) for s in shapes)
         self.sizes = _sizes(equation, self.shapes)
@@ -337,6 +341,7 @@ class Network:
         self.path = resolve_path(optimize, inputs, frozenset(equation.output), self.sizes, limit)
         self.free_layout = free_layout
         self.flip_final = bool(flip_final) and free_layout
+        self.layout_dtype = layout_dtype
         self.steps = self._steps()
         if flip_final is None and self._machine_flips():
             self.flip_final = True
@@ -401,16 +406,23 @@ class Network:
         m, n = self.final_extents()
         return m > n if self.flip_final else n > m
 
+    def final_batched(self) -> bool:
+        """Whether the last step has batch labels (in both operands and the result)."""
+        if not self.steps or self.steps[-1].b is None:
+            return False
+        last = self.steps[-1]
+        return bool(set(last.a_labels) & set(last.b_labels) & set(last.out_labels))
+
     def _machine_flips(self) -> bool:
         """Whether a free layout's thin last GEMM is written faster transposed on this machine.
 
-        A thin result (one free extent at least :data:`FLIP_ASPECT` times the other) takes the
-        orientation this machine's BLAS writes faster
-        (:attr:`pytapp.machine.Machine.tall_over_wide`), at any size: ``kjab,ki->ijab`` at
-        o=12, v=48 as A's labels first (27,648 x 12) took 0.42 ms, as B's (12 x 27,648)
-        0.26 ms, on a machine that measured 1.43.
+        Given the datatype the layout is for (``layout_dtype``), a thin result without batch
+        labels takes the orientation this machine's BLAS writes faster in that datatype
+        (:func:`machine_layout`), at any size: ``kjab,ki->ijab`` at o=12, v=48 in F64 as A's
+        labels first (27,648 x 12) took 0.42 ms, as B's (12 x 27,648) 0.26 ms.
         """
-        if not self.free_layout or not self.steps or self.steps[-1].b is None:
+        if (self.layout_dtype is None or not self.free_layout or not self.steps
+                or self.steps[-1].b is None):
             return False
         last = self.steps[-1]
         if set(last.a_labels) | set(last.b_labels) == set(self.equation.output):
@@ -418,7 +430,9 @@ class Network:
         own_a, own_b = self._final_split()
         if not own_a or not own_b:
             return False
-        wide = _wide_is_faster(*self.final_extents())
+        if self.final_batched():  # the probe measured a plain GEMM (batched ones differ)
+            return False
+        wide = _wide_is_faster(*self.final_extents(), self.layout_dtype)
         return wide is not None and wide != self.writes_wide()
 
     def flipped(self) -> Network | None:
@@ -428,7 +442,7 @@ class Network:
         then B's. The other order, B's then A's (numpy.einsum's for two operands), is the same
         GEMM transposed, ``D^T = B^T A^T``: BLAS runs the two at different speeds, by up to
         1.6x either way depending on the shapes and the machine (see
-        :attr:`pytapp.machine.Machine.tall_over_wide` for thin GEMMs).
+        :meth:`pytapp.machine.Machine.tall_over_wide` for thin GEMMs).
         ``None`` unless the layout is free, the last step multiplies two operands that each
         keep a label of their own, and it has at least :data:`FLIP_MIN_FLOPS` flops.
 
@@ -446,7 +460,8 @@ class Network:
         if not own_a or not own_b or self._step_flops(self.steps[-1]) < FLIP_MIN_FLOPS:
             return None
         return Network(self.equation, self.shapes, optimize=list(self.path),
-                       free_layout=True, flip_final=not self.flip_final)
+                       free_layout=True, flip_final=not self.flip_final,
+                       layout_dtype=self.layout_dtype)
 
     def _limit(self, memory_limit: Any) -> int | None:
         if memory_limit is None:

@@ -240,7 +240,7 @@ def test_thin_result_takes_the_machine_layout_without_a_trial(
     from pytapp.machine import Machine
 
     monkeypatch.setattr(network, "machine_constants",
-                        lambda: Machine("test", tall_over_wide=tall_over_wide))
+                        lambda: Machine("test", orientation={"f64": tall_over_wide}))
     ops = [_ints(s, i) for i, s in enumerate(shapes)]
     want = np.einsum(eq, *ops)
     expr = EinsumExpression(eq, *shapes)
@@ -269,7 +269,7 @@ def test_a_recorded_layout_wins_over_the_machine_one(monkeypatch: pytest.MonkeyP
     kept_rows = first(*ops).shape[int(np.argmax(first(*ops).strides))]
     for ratio in (1.5, 0.6):  # either clear preference: the recorded layout still wins
         monkeypatch.setattr(network, "machine_constants",
-                            lambda ratio=ratio: Machine("test", tall_over_wide=ratio))
+                            lambda ratio=ratio: Machine("test", orientation={"f64": ratio}))
         again = EinsumExpression(eq, *shapes)
         got = again(*ops)
         np.testing.assert_array_equal(got, np.einsum(eq, *ops))
@@ -284,22 +284,47 @@ def test_a_recorded_layout_wins_over_the_machine_one(monkeypatch: pytest.MonkeyP
 def test_thin_last_gemm_of_any_size_takes_the_machine_orientation(
         tall_over_wide: float, out_labels: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A free layout's thin last GEMM (kjab,ki->ijab: 12 rows against 360) is written in the
-    orientation the machine's BLAS measured faster, at any size (no trial is involved)."""
+    orientation the machine's BLAS measured faster in its datatype, at any size (no trial);
+    another datatype's measurement does not count."""
+    from pytapp.analysis.subscripts import parse_subscripts
+    from pytapp.machine import Machine
+
+    monkeypatch.setattr(network, "machine_constants", lambda: Machine(
+        "test", orientation={"f64": tall_over_wide, "f32": 1 / tall_over_wide}))
+    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1 << 30)  # this module's fixture lowers it
+    eq, shapes = "kjab,ki->ijab", [(4, 3, 10, 12), (4, 12)]
+    parsed = parse_subscripts(eq, [4, 2])
+    net = network.Network(parsed, shapes, free_layout=True, layout_dtype=pytapp.Datatype.F64)
+    assert net.flipped() is None  # far below FLIP_MIN_FLOPS: no trial either way
+    assert net.steps[-1].out_labels == out_labels
+    assert net.flip_final is (out_labels == "ijab")
+    f32 = network.Network(parsed, shapes, free_layout=True, layout_dtype=pytapp.Datatype.F32)
+    assert f32.flip_final is (tall_over_wide == 0.6)  # F32's preference is the other one
+    unknown = network.Network(parsed, shapes, free_layout=True)  # no datatype: natural
+    assert unknown.steps[-1].out_labels == "jabi"
+    fixed = network.Network(parsed, shapes)  # the layout asked for
+    assert fixed.steps[-1].out_labels == "ijab" and not fixed.flip_final
+    ops = [_ints(s, i) for i, s in enumerate(shapes)]
+    for got in (EinsumExpression(eq, *ops)(*ops), pytapp.einsum(eq, *ops)):
+        np.testing.assert_array_equal(got, np.einsum(eq, *ops))
+        rows = got.shape[int(np.argmax(got.strides))]
+        assert rows == (12 if out_labels == "ijab" else 3)  # i, or j of jab
+    f32_ops = [x.astype(np.float32) for x in ops]  # the same call in F32: its own layout
+    got = pytapp.einsum(eq, *f32_ops)
+    np.testing.assert_array_equal(got, np.einsum(eq, *ops).astype(np.float32))
+    assert got.shape[int(np.argmax(got.strides))] == (12 if tall_over_wide == 0.6 else 3)
+
+
+def test_batched_thin_last_gemm_keeps_its_natural_orientation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orientation probe measured a plain GEMM; batched ones (bqd,bvd->bqv) differ: they
+    keep the GEMM's natural order unless a trial measures them."""
     from pytapp.analysis.subscripts import parse_subscripts
     from pytapp.machine import Machine
 
     monkeypatch.setattr(network, "machine_constants",
-                        lambda: Machine("test", tall_over_wide=tall_over_wide))
-    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1 << 30)  # this module's fixture lowers it
-    eq, shapes = "kjab,ki->ijab", [(4, 3, 10, 12), (4, 12)]
-    net = network.Network(parse_subscripts(eq, [4, 2]), shapes, free_layout=True)
-    assert net.flipped() is None  # far below FLIP_MIN_FLOPS: no trial either way
-    assert net.steps[-1].out_labels == out_labels
-    assert net.flip_final is (out_labels == "ijab")
-    fixed = network.Network(parse_subscripts(eq, [4, 2]), shapes)  # the layout asked for
-    assert fixed.steps[-1].out_labels == "ijab" and not fixed.flip_final
-    ops = [_ints(s, i) for i, s in enumerate(shapes)]
-    got = EinsumExpression(eq, *shapes)(*ops)
-    np.testing.assert_array_equal(got, np.einsum(eq, *ops))
-    rows = got.shape[int(np.argmax(got.strides))]
-    assert rows == (12 if out_labels == "ijab" else 3)  # i, or j of jab
+                        lambda: Machine("test", orientation={"f64": 2.0}))
+    eq = parse_subscripts("bqd,bvd->bqv", [3, 3])
+    net = network.Network(eq, [(3, 64, 8), (3, 4, 8)], free_layout=True,
+                          layout_dtype=pytapp.Datatype.F64)
+    assert net.final_batched() and not net.flip_final

@@ -24,6 +24,32 @@ def test_measured_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(machine, "_measure", lambda key: pytest.fail("measured twice"))
     again = machine.constants()  # read back from the file, not measured
     assert again.big == first.big and again.bandwidth == first.bandwidth
+    assert set(first.orientation) == set(machine.ORIENTED)  # a thin GEMM's, per datatype
+    assert again.orientation == first.orientation
+    assert all(v > 0 for v in first.orientation.values())
+
+
+def test_a_file_without_orientations_gets_them_measured_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file from before the per-datatype orientation: its rates are kept, the orientation
+    of each datatype is measured once and added to the file."""
+    path = tmp_path / "machine.json"
+    monkeypatch.setenv("PYTAPP_MACHINE_FILE", str(path))
+    monkeypatch.delenv("PYTAPP_MACHINE", raising=False)
+    monkeypatch.setattr(machine, "_cached", None)
+    rates = {"numpy": {"f64": 1e10}}
+    path.write_text(json.dumps({"key": machine.fingerprint(), "bandwidth": 5e9, "big": rates,
+                                "small": rates, "tall_over_wide": 1.3}))
+    probed: list[str] = []
+    monkeypatch.setattr(machine, "_orientation", lambda dt: probed.append(dt) or 1.25)
+    monkeypatch.setattr(machine, "_measure", lambda key: pytest.fail("measured again"))
+    got = machine.constants()
+    assert got.bandwidth == 5e9 and got.big == rates
+    assert sorted(probed) == sorted(machine.ORIENTED)
+    assert got.tall_over_wide("f32") == 1.25 and got.tall_over_wide("bf16") == 1.0
+    assert json.loads(path.read_text())["orientation"] == dict.fromkeys(machine.ORIENTED, 1.25)
+    monkeypatch.setattr(machine, "_cached", None)
+    assert machine.constants().orientation == got.orientation and len(probed) == 4
 
 
 def test_defaults_and_unknown_rates(monkeypatch: pytest.MonkeyPatch) -> None:
