@@ -234,7 +234,8 @@ def test_short_copy_runs_are_copied_columns_first(expr: str, role: str, c: int, 
 
 def test_long_strided_copy_runs_are_copied_columns_first_when_those_stream() -> None:
     """A ring term's B (kjcb packed as (jb, kc)) reads c's 40 elements 40 apart; columns
-    first (kc, jb) reads b's at unit stride: that order is chosen, and only then."""
+    first (kc, jb) reads b's at unit stride: that order is chosen, and only where it streams
+    in loops as long (or long enough)."""
     b = np.zeros((3, 3, 40, 40))  # k j c b
     x = b.transpose(1, 3, 0, 2)  # j b k c: rows (j, b), columns (k, c)
     assert blas._copy_columns_first(x, 0, 2) == (2, 3, 0, 1)
@@ -242,6 +243,8 @@ def test_long_strided_copy_runs_are_copied_columns_first_when_those_stream() -> 
     assert blas._copy_columns_first(a, 0, 2) is None
     both = np.zeros((40, 3, 40, 3)).transpose(1, 0, 3, 2)  # neither order streams
     assert blas._copy_columns_first(both, 0, 2) is None
+    short = np.zeros((6,) * 5).transpose(1, 2, 4, 3, 0)  # oipdj as (ipj, do): runs of 6
+    assert blas._copy_columns_first(short, 0, 3) == (3, 4, 0, 1, 2)  # only (do, ipj) streams
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
