@@ -284,10 +284,24 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         npy_intp idx[MAXL] = {0};                                                               \
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
         const T beta = (T)be.re;                                                                \
+        const int last = p->nout - 1; /* D's fastest label: a plain loop (odometer: the rest) */\
+        const npy_intp e = last >= 0 ? p->ext[last] : 1, z = (npy_intp)sizeof(T);               \
+        const npy_intp s2 = last >= 0 ? p->st[2][last] : 0, s3 = last >= 0 ? p->st[3][last] : 0; \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            *(T *)(D + o[3]) = C ? beta * *(const T *)(C + o[2]) : (T)0;                        \
-            ODOMETER_STEP(p, idx, 0, p->nout, o, 4, done);                                      \
+            char *d = D + o[3];                                                                 \
+            if (!C) {                                                                           \
+                for (npy_intp i = 0; i < e; ++i) *(T *)(d + i * s3) = (T)0;                     \
+            } else if (s2 == z && s3 == z) {                                                    \
+                const T *c = (const T *)(C + o[2]);                                             \
+                T *dd = (T *)d;                                                                 \
+                for (npy_intp i = 0; i < e; ++i) dd[i] = beta * c[i];                           \
+            } else {                                                                            \
+                const char *c = C + o[2];                                                       \
+                for (npy_intp i = 0; i < e; ++i)                                                \
+                    *(T *)(d + i * s3) = beta * *(const T *)(c + i * s2);                       \
+            }                                                                                   \
+            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
         }                                                                                       \
     }
 
@@ -413,29 +427,39 @@ REAL_KERNELS(f64, double)
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
         const T br = (T)be.re, bi = (T)be.im;                                                   \
         const T sc = p->conj[2] ? (T)-1 : (T)1;                                                 \
+        const int last = p->nout - 1; /* D's fastest label: a plain loop (odometer: the rest) */\
+        const npy_intp e = last >= 0 ? p->ext[last] : 1;                                        \
+        const npy_intp s2 = last >= 0 ? p->st[2][last] : 0, s3 = last >= 0 ? p->st[3][last] : 0; \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            T *d = (T *)(D + o[3]);                                                             \
-            if (C) {                                                                            \
-                const T *c = (const T *)(C + o[2]);                                             \
-                const T cr = c[0], ci = sc * c[1];                                              \
-                d[0] = CMUL_RE(br, bi, cr, ci);                                                 \
-                d[1] = CMUL_IM(br, bi, cr, ci);                                                 \
-            } else {                                                                            \
-                d[0] = 0;                                                                       \
-                d[1] = 0;                                                                       \
+            for (npy_intp i = 0; i < e; ++i) {                                                  \
+                T *d = (T *)(D + o[3] + i * s3);                                                \
+                if (C) {                                                                        \
+                    const T *c = (const T *)(C + o[2] + i * s2);                                \
+                    const T cr = c[0], ci = sc * c[1];                                          \
+                    d[0] = CMUL_RE(br, bi, cr, ci);                                             \
+                    d[1] = CMUL_IM(br, bi, cr, ci);                                             \
+                } else {                                                                        \
+                    d[0] = 0;                                                                   \
+                    d[1] = 0;                                                                   \
+                }                                                                               \
             }                                                                                   \
-            ODOMETER_STEP(p, idx, 0, p->nout, o, 4, done);                                      \
+            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
         }                                                                                       \
     }                                                                                           \
     static void conj_##NAME(const Program *p, char *D) {                                        \
         npy_intp idx[MAXL] = {0};                                                               \
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        const int last = p->nout - 1;                                                           \
+        const npy_intp e = last >= 0 ? p->ext[last] : 1;                                        \
+        const npy_intp s3 = last >= 0 ? p->st[3][last] : 0;                                     \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            T *d = (T *)(D + o[3]);                                                             \
-            d[1] = -d[1];                                                                       \
-            ODOMETER_STEP(p, idx, 0, p->nout, o, 4, done);                                      \
+            for (npy_intp i = 0; i < e; ++i) {                                                  \
+                T *d = (T *)(D + o[3] + i * s3);                                                \
+                d[1] = -d[1];                                                                   \
+            }                                                                                   \
+            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
         }                                                                                       \
     }
 
