@@ -215,14 +215,8 @@ class TorchPlan(Stateless):
         else:
             full.copy_(self._tensor(c, spec.c, self.compute).permute(lay.d_perm))
         cplx = batched.is_complex()
-        alpha = complex(bound.alpha) if cplx else float(bound.alpha)
-        beta = complex(bound.beta) if cplx else float(bound.beta)
-        if batched.dim() == 2:
-            batched.addmm_(left, right, beta=beta, alpha=alpha)
-        else:
-            batched.baddbmm_(left.reshape(batched.shape[0], *left.shape[-2:]),
-                             right.reshape(batched.shape[0], *right.shape[-2:]),
-                             beta=beta, alpha=alpha)
+        _accumulate(batched, left, right, complex(bound.alpha) if cplx else float(bound.alpha),
+                    complex(bound.beta) if cplx else float(bound.beta))
         return True
 
     def _gemm_with_c_stored(self, left: Any, right: Any, shape: tuple[int, ...],
@@ -244,13 +238,7 @@ class TorchPlan(Stateless):
         # C as stored (rounded first where the precision says so), converted by the copy
         tmp.copy_(self._tensor(c, spec.c, None).permute(lay.d_perm))
         batched = tmp.view(-1, *shape[-2:]) if len(shape) >= 3 else tmp.view(shape)
-        alpha, beta = float(bound.alpha), float(bound.beta)
-        if batched.dim() == 2:
-            batched.addmm_(left, right, beta=beta, alpha=alpha)
-        else:
-            batched.baddbmm_(left.reshape(batched.shape[0], *left.shape[-2:]),
-                             right.reshape(batched.shape[0], *right.shape[-2:]),
-                             beta=beta, alpha=alpha)
+        _accumulate(batched, left, right, float(bound.alpha), float(bound.beta))
         full.copy_(tmp)  # rounded once, into D's type
         return True
 
@@ -265,6 +253,18 @@ class TorchPlan(Stateless):
         if d.dtype.name == "bfloat16":
             host = host.to(torch.bfloat16)
         np.copyto(d, numpy_view(host), casting="unsafe")
+
+
+def _accumulate(out: Any, left: Any, right: Any, alpha: Any, beta: Any) -> None:
+    """``out = beta out + alpha left right`` in place: ``addmm`` on a matrix, else ``baddbmm``.
+
+    ``out`` is a matrix or a batch of them (batch labels fused into its first axis).
+    """
+    if out.dim() == 2:
+        out.addmm_(left, right, beta=beta, alpha=alpha)
+    else:
+        out.baddbmm_(left.reshape(out.shape[0], *left.shape[-2:]),
+                     right.reshape(out.shape[0], *right.shape[-2:]), beta=beta, alpha=alpha)
 
 
 class TorchBackend(Stateless):
