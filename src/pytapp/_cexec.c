@@ -334,18 +334,52 @@ REAL_KERNELS(f64, double)
         d_[1] = sd * ri_;                                                                       \
     } while (0)
 
+/* d[i] = op_D(w x[i]) over n complex elements, all contiguous (w: alpha times the operand that
+ * is constant along the run); the sign of x's imaginary part is sx, that of D's sd. */
+#define COMPLEX_SCALED_RUN(T, D_, X_, WR, WI, SX, SD, N)                                         \
+    for (npy_intp i = 0; i < (N); ++i) {                                                        \
+        const T xr = (X_)[2 * i], xi = (SX) * (X_)[2 * i + 1];                                  \
+        (D_)[2 * i] = CMUL_RE(WR, WI, xr, xi);                                                  \
+        (D_)[2 * i + 1] = (SD) * CMUL_IM(WR, WI, xr, xi);                                       \
+    }
+
 #define COMPLEX_KERNELS(NAME, T)                                                                \
     static void elem_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
         COMPLEX_STATE(T)                                                                        \
         const int last = p->nout - 1;                                                           \
-        const npy_intp e = p->ext[last];                                                        \
+        const npy_intp e = p->ext[last], z = 2 * (npy_intp)sizeof(T);                           \
         const npy_intp s0 = p->st[0][last], s1 = p->st[1][last];                                \
         const npy_intp s2 = p->st[2][last], s3 = p->st[3][last];                                \
+        /* unit or zero strides without C: plain loops the compiler vectorises */               \
+        const int plain = !C && s3 == z && (s0 == z || s0 == 0) && (s1 == z || s1 == 0);        \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
             const char *pa = A + o[0], *pb = B + o[1];                                          \
             char *pd = D + o[3];                                                                \
+            if (plain && s0 != s1) { /* one operand constant along the run: fold it in alpha */ \
+                const T *c_ = (const T *)(s0 ? pb : pa), *x_ = (const T *)(s0 ? pa : pb);        \
+                const T sc_ = s0 ? sb : sa, sx_ = s0 ? sa : sb;                                 \
+                const T cr_ = c_[0], ci_ = sc_ * c_[1];                                         \
+                const T wr = CMUL_RE(ar, ai, cr_, ci_), wi = CMUL_IM(ar, ai, cr_, ci_);         \
+                T *d_ = (T *)pd;                                                                \
+                COMPLEX_SCALED_RUN(T, d_, x_, wr, wi, sx_, sd, e)                               \
+                ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                     \
+                continue;                                                                       \
+            }                                                                                   \
+            if (plain && s0) { /* both run along it: a Hadamard product */                       \
+                const T *x_ = (const T *)pa, *y_ = (const T *)pb;                               \
+                T *d_ = (T *)pd;                                                                \
+                for (npy_intp i = 0; i < e; ++i) {                                              \
+                    const T xr = x_[2 * i], xi = sa * x_[2 * i + 1];                            \
+                    const T yr = y_[2 * i], yi = sb * y_[2 * i + 1];                            \
+                    const T pr = CMUL_RE(xr, xi, yr, yi), pi = CMUL_IM(xr, xi, yr, yi);         \
+                    d_[2 * i] = CMUL_RE(ar, ai, pr, pi);                                        \
+                    d_[2 * i + 1] = sd * CMUL_IM(ar, ai, pr, pi);                               \
+                }                                                                               \
+                ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                     \
+                continue;                                                                       \
+            }                                                                                   \
             for (npy_intp i = 0; i < e; ++i) {                                                  \
                 const T *x = (const T *)(pa + i * s0);                                          \
                 const T *y = (const T *)(pb + i * s1);                                          \
