@@ -60,6 +60,9 @@ FLIP_ASPECT = 4
 #: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
 #: (:meth:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
 ORIENT_MARGIN = 1.1
+#: Fewest elements of the innermost run of a result that sums nothing (an outer product, a
+#: row scaled by a column): the larger operand's labels that make at least this run come last.
+BROADCAST_MIN_RUN = 128
 
 Path = list[tuple[int, ...]]
 
@@ -492,10 +495,8 @@ class Network:
                     pair = (labels, first_labels) if self.flip_final else (first_labels, labels)
                     if not self.free_layout:
                         out_labels = output
-                    elif set(first_labels) | set(labels) == set(output):  # nothing summed:
-                        # the larger operand's order, read and written in memory order (ij,j->ij
-                        # written as ji, a GEMM's order, took 10.8 ms against numpy's 5.1)
-                        out_labels = self._intermediate(first_labels, labels, set(output))
+                    elif set(first_labels) | set(labels) == set(output):  # nothing summed
+                        out_labels = self._broadcast(first_labels, labels, set(output))
                     else:
                         out_labels = self._natural(*pair, set(output))
                 else:
@@ -574,6 +575,39 @@ class Network:
         return "".join([*both, *(ch for ch in a if ch in keep and ch not in b),
                         *(ch for ch in b if ch in keep and ch not in a)])
 
+    def _size(self, labels: str) -> int:
+        return math.prod(self.sizes[ch] for ch in labels)
+
+    def _broadcast(self, a: str, b: str, keep: set[str]) -> str:
+        """Return the result layout of a last step that sums nothing (outer, Hadamard products).
+
+        The larger operand's labels in its own order, read and written in memory order
+        (``ij,j->ij`` written as ``ji``, a GEMM's order, took 10.8 ms against numpy's 5.1),
+        with the smaller operand's own labels placed just outside the shortest run of the
+        larger's innermost labels that holds :data:`BROADCAST_MIN_RUN` elements: the loop
+        nest's inner loop is then a long unit-stride one, and a row of the larger operand is
+        reused from cache for each element of the smaller. Placing them innermost instead ran
+        loops as short as the smaller operand: ``ik,jk->ijk`` (300x64, 20x64, F32) took 173 us
+        as ``ikj``, 41 as ``jik``; ``ab,c->abc`` (500x400, 5) 429 us as ``abc``, 197 as
+        ``acb``; ``g,ch->hcg`` (200, 32x3, C128) 75 us as ``gch``, 30 as ``chg``.
+
+        Examples
+        --------
+        >>> from pytapp.analysis.subscripts import parse_subscripts
+        >>> net = Network(parse_subscripts("ab,c->abc", (2, 1)), [(500, 400), (5,)],
+        ...               free_layout=True)
+        >>> net.steps[-1].out_labels
+        'acb'
+        """
+        big, small = (a, b) if self._size(a) >= self._size(b) else (b, a)
+        kept = [ch for ch in big if ch in keep]
+        own = [ch for ch in small if ch in keep and ch not in big]
+        cut, run = len(kept), 1
+        while cut > 0 and run < BROADCAST_MIN_RUN:
+            cut -= 1
+            run *= self.sizes[kept[cut]]
+        return "".join([*kept[:cut], *own, *kept[cut:]])
+
     def _intermediate(self, a: str, b: str, keep: set[str]) -> str:
         """Return the mode order of an intermediate.
 
@@ -582,10 +616,7 @@ class Network:
         each add a small factor (a basis change, a bond) ends with the labels already in the
         order of the next step.
         """
-        def size(labels: str) -> int:
-            return math.prod(self.sizes[ch] for ch in labels)
-
-        first, second = (a, b) if size(a) >= size(b) else (b, a)
+        first, second = (a, b) if self._size(a) >= self._size(b) else (b, a)
         return "".join(ch for ch in dict.fromkeys(first + second) if ch in keep)
 
     # ------------------------------------------------------------------ running

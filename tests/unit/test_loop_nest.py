@@ -1,0 +1,127 @@
+"""The compiled loop nest: merged labels, the plain complex loops, the layout of broadcast results.
+
+Every value is compared with numpy.einsum in float64/complex128 on the same data (exact
+integers where the products are exact), never with pytapp's own output.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import pytapp
+from pytapp import Handle, TensorInfo, TensorProduct
+from pytapp.analysis.program import _coalesce
+from pytapp.datatypes import ElementOp
+from pytapp.kernels import program
+
+compiled_only = pytest.mark.skipif(not program.available(),
+                                   reason="the compiled extension pytapp._cexec was not built")
+
+
+def _ints(shape: tuple[int, ...], dtype: type, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-4, 5, shape).astype(np.float64)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.integers(-4, 5, shape)
+    return x.astype(dtype)
+
+
+def _product(a: np.ndarray, la: str, b: np.ndarray, lb: str, d: np.ndarray, ld: str,
+             **ops: ElementOp) -> TensorProduct:
+    return TensorProduct(Handle("blas"), TensorInfo.from_array(a), la, TensorInfo.from_array(b),
+                         lb, None, None, TensorInfo.from_array(d), ld, **ops)
+
+
+@pytest.mark.parametrize(("nout", "extents", "strides", "want"), [
+    # D's c, then e b g contiguous in B and D, absent from A: c and one label of 6144
+    (4, [32, 256, 12, 2], [[4, 0, 0, 0], [0, 96, 8, 4], [0, 0, 0, 0], [24576, 96, 8, 4]],
+     (2, [32, 6144], [[4, 0], [0, 4], [0, 0], [24576, 4]])),
+    # a transposed operand keeps its labels apart; the summed labels merge among themselves
+    (2, [3, 4, 5, 6], [[0, 0, 48, 8], [4, 12, 0, 0], [0, 0, 0, 0], [4, 12, 0, 0]],
+     (2, [3, 4, 30], [[0, 0, 8], [4, 12, 0], [0, 0, 0], [4, 12, 0]])),
+    # labels of extent 1 are dropped (one is kept where a group has only those)
+    (3, [1, 5, 1, 1], [[0, 8, 0, 0], [0, 8, 0, 0], [0, 0, 0, 0], [40, 8, 8, 0]],
+     (1, [5, 1], [[8, 0], [8, 0], [0, 0], [8, 0]])),
+    # a label outer in D but inner in A (strides that do not nest) stays separate
+    (2, [4, 3], [[8, 32], [0, 0], [0, 0], [24, 8]], (2, [4, 3], [[8, 32], [0, 0], [0, 0],
+                                                                  [24, 8]])),
+])
+def test_coalesce_merges_only_labels_every_operand_steps_over_as_one(
+        nout: int, extents: list[int], strides: list[list[int]],
+        want: tuple[int, list[int], list[list[int]]]) -> None:
+    assert _coalesce(nout, extents, strides) == want
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld"), [
+    ("c", (32,), "ebg", (16, 6, 2), "cebg"),  # an outer product: D's inner labels merge
+    ("ebg", (16, 6, 2), "c", (32,), "ebgc"),  # ... where they are the smaller operand's
+    ("ab", (12, 10), "ab", (12, 10), "ab"),  # a Hadamard product over one merged label
+    ("abk", (6, 5, 7), "kab", (7, 6, 5), "ab"),  # a sum over k, read against D's order
+    ("ijkl", (3, 4, 5, 6), "kl", (5, 6), "ij"),  # a sum over k and l merged
+])
+def test_loop_nests_over_merged_labels_match_numpy(dtype: type, la: str, sa: tuple[int, ...],
+                                                   lb: str, sb: tuple[int, ...],
+                                                   ld: str) -> None:
+    a, b = _ints(sa, dtype, 1), _ints(sb, dtype, 2)
+    sizes = dict(zip(la + lb, sa + sb, strict=True))
+    d = np.full([sizes[x] for x in ld], np.nan, dtype=dtype)
+    plan = _product(a, la, b, lb, d, ld)
+    status = plan.execute(1, a, b, 0, None, d)
+    assert status.algorithm.startswith("compiled: loop nest"), status.algorithm
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    want = np.einsum(f"{la},{lb}->{ld}", a.astype(wide), b.astype(wide))
+    np.testing.assert_array_equal(d.astype(wide), want)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld"), [
+    ("de", (20, 6), "c", (7,), "cde"),  # B constant along the run: folded into alpha
+    ("c", (7,), "de", (20, 6), "cde"),  # A constant along the run
+    ("de", (20, 6), "de", (20, 6), "de"),  # both along it
+    ("c", (7,), "d", (20,), "dc"),  # a run of 7 over A, B constant
+])
+@pytest.mark.parametrize("conj", list(itertools.product((False, True), repeat=3)),
+                         ids=lambda c: "".join("c" if x else "-" for x in c))
+def test_plain_complex_loops_apply_alpha_and_every_conjugation(
+        dtype: type, la: str, sa: tuple[int, ...], lb: str, sb: tuple[int, ...], ld: str,
+        conj: tuple[bool, bool, bool]) -> None:
+    a, b = _ints(sa, dtype, 3), _ints(sb, dtype, 4)
+    sizes = dict(zip(la + lb, sa + sb, strict=True))
+    d = np.full([sizes[x] for x in ld], np.nan, dtype=dtype)
+    op = {True: ElementOp.CONJUGATE, False: ElementOp.IDENTITY}
+    plan = _product(a, la, b, lb, d, ld, op_a=op[conj[0]], op_b=op[conj[1]], op_d=op[conj[2]])
+    alpha = 2 - 3j
+    status = plan.execute(alpha, a, b, 0, None, d)
+    assert status.algorithm.startswith("compiled: loop nest"), status.algorithm
+    x = np.conj(a) if conj[0] else a
+    y = np.conj(b) if conj[1] else b
+    want = alpha * np.einsum(f"{la},{lb}->{ld}", x.astype(np.complex128),
+                             y.astype(np.complex128))
+    if conj[2]:
+        want = np.conj(want)
+    np.testing.assert_array_equal(d.astype(np.complex128), want)
+
+
+@pytest.mark.parametrize(("eq", "shapes", "memory_order"), [
+    ("ik,jk->ijk", [(30, 64), (20, 64)], "jik"),  # the smaller's own labels outside a run
+    ("g,ch->hcg", [(200,), (32, 3)], "chg"),  # of the larger's that holds 128 elements
+    ("ab,c->abc", [(50, 400), (5,)], "acb"),  # ... inside its outer labels
+    ("de,c->dce", [(200, 24), (7,)], "cde"),  # rows of 24: the whole larger operand
+    ("ij,j->ij", [(40, 30), (30,)], "ij"),  # nothing of the smaller's own
+])
+def test_a_final_broadcast_product_writes_long_runs_of_the_larger_operand(
+        eq: str, shapes: list[tuple[int, ...]], memory_order: str) -> None:
+    ops = [_ints(s, np.float64, k + 5) for k, s in enumerate(shapes)]
+    want = np.einsum(eq, *ops)
+    expr = pytapp.einsum_expression(eq, *shapes)
+    out = eq.split("->")[1]
+    for _ in range(3):
+        got = expr(*ops)
+        np.testing.assert_array_equal(got, want)
+        assert got.transpose([out.index(ch) for ch in memory_order]).flags.c_contiguous
