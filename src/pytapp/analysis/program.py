@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from math import prod
 
-from pytapp.analysis.cost import MachineModel, view_gemm_seconds
+from pytapp.analysis.cost import MachineModel, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.viewgemm import ViewGemm, summed_view_gemm, view_gemms
 from pytapp.datatypes import Datatype
@@ -326,6 +326,21 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     return gemm, pack
 
 
+def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: int) -> bool:
+    """Whether the cost model prices TTGT below the GEMMs on views ``g`` (blas's own rule).
+
+    Many small GEMMs on views lose to one packed GEMM: ``bca,dc->abd`` (64x8x3, 32x8, C128)
+    is 64 GEMMs of 3x32x8 on views, where TTGT packs A into one of 192x32x8.
+    """
+    if g.calls == 1 or spec.flops > TTGT_MAX_FLOPS or not _gemm_sized(spec):
+        return False
+    step, pack = _ttgt(spec, out, item)
+    model, cplx = MachineModel(), spec.rule.is_complex
+    ttgt = ttgt_seconds(step.m, step.n, step.k, prod(step.batch_extents),
+                        pack.bytes_a + pack.bytes_b, pack.bytes_t, model, cplx)
+    return ttgt < view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx)
+
+
 def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     """Lower ``spec`` for the compiled executor, or ``None`` when it does not cover it.
 
@@ -416,6 +431,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     madds = prod(spec.extent(x) for x in labels)
     if chosen is None and gemm:
         chosen = _choose_gemm(spec, item)
+        if chosen is not None and _ttgt_cheaper(spec, chosen[0], out, item):
+            chosen = None
     pack: PackStep | None = None
     if chosen is not None:
         g, gemm_step = chosen
