@@ -126,6 +126,7 @@ typedef struct {
     Nest pack_a, pack_b;
     npy_intp tst[MAXL];
     npy_intp bytes_a, bytes_b, bytes_t;
+    int d_direct; /* D lies as T would: without C the GEMMs write D, no T */
     double release_gil_flops;
     double flops;
     PyObject *status_type;
@@ -838,13 +839,15 @@ static void *scratch(npy_intp bytes) {
     return aligned_alloc(64, size);
 }
 
-/* Packs, GEMMs into the scratch T, then the store into D; 1 when memory ran out. */
+/* Packs, GEMMs into the scratch T, then the store into D; 1 when memory ran out. Without C,
+ * where D lies as T would, the GEMMs write D with alpha (*direct set to 1): no T, no store. */
 static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
-                    const char *C, char *D) {
+                    const char *C, char *D, int *direct) {
+    const int into_d = p->d_direct && !C;
     char *pa = p->bytes_a ? scratch(p->bytes_a) : NULL;
     char *pb = p->bytes_b ? scratch(p->bytes_b) : NULL;
-    char *t = scratch(p->bytes_t);
-    if ((p->bytes_a && !pa) || (p->bytes_b && !pb) || !t) {
+    char *t = into_d ? NULL : scratch(p->bytes_t);
+    if ((p->bytes_a && !pa) || (p->bytes_b && !pb) || (!into_d && !t)) {
         free(pa);
         free(pb);
         free(t);
@@ -853,8 +856,13 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
     if (pa) run_pack(p, &p->pack_a, A, pa, p->conj[0]);
     if (pb) run_pack(p, &p->pack_b, B, pb, p->conj[1]);
     cval one = {1.0, 0.0}, zero = {0.0, 0.0};
-    run_gemm(p, one, zero, pa ? pa : A, pb ? pb : B, t);
-    run_store(p, al, be, t, C, D);
+    if (into_d) {
+        run_gemm(p, al, zero, pa ? pa : A, pb ? pb : B, D);
+        if (direct) *direct = 1;
+    } else {
+        run_gemm(p, one, zero, pa ? pa : A, pb ? pb : B, t);
+        run_store(p, al, be, t, C, D);
+    }
     free(pa);
     free(pb);
     free(t);
@@ -1008,7 +1016,7 @@ static void summed_template(Program *p) {
 }
 
 static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b_o,
-                       PyObject *beta_o, PyObject *c_o, PyObject *d_o) {
+                       PyObject *beta_o, PyObject *c_o, PyObject *d_o, int *direct) {
     cval al, be;
     if (to_scalar(alpha_o, p->dtype, &al) || to_scalar(beta_o, p->dtype, &be)) return 1;
     int beta_zero = be.re == 0.0 && be.im == 0.0;
@@ -1050,7 +1058,8 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
     } else if (p->kind == K_LOOP) {
         run_loop_split(p, al, be, pa, pb, pc, pd);
     } else if (p->kind == K_TTGT) {
-        status = run_ttgt(p, al, be, pa, pb, pc, pd); /* 1: no scratch memory, D untouched */
+        /* 1: no scratch memory, D untouched */
+        status = run_ttgt(p, al, be, pa, pb, pc, pd, direct);
     } else if (p->nsum) { /* 1: as for TTGT */
         const cval zero = {0.0, 0.0}, one = {1.0, 0.0};
         if (pc && !c_is_d) { /* the sum into D, then D = op_D(D + beta op_C(C)) in place */
@@ -1085,7 +1094,8 @@ static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t 
         return NULL;
     }
     double t0 = now();
-    int r = program_run(p, args[0], args[1], args[2], args[3], args[4], args[5]);
+    int direct = 0;
+    int r = program_run(p, args[0], args[1], args[2], args[3], args[4], args[5], &direct);
     if (r < 0) return NULL;
     if (r > 0) Py_RETURN_NOTIMPLEMENTED;
     /* The Status: a copy of the template's attributes, with this run's time. */
@@ -1096,6 +1106,16 @@ static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t 
     if (!dict) {
         Py_DECREF(st);
         return NULL;
+    }
+    if (direct) { /* no temporary was made: only the packed operands were allocated */
+        PyObject *made = PyLong_FromSsize_t((Py_ssize_t)(p->bytes_a + p->bytes_b));
+        if (!made || PyDict_SetItemString(dict, "bytes_allocated", made) < 0) {
+            Py_XDECREF(made);
+            Py_DECREF(dict);
+            Py_DECREF(st);
+            return NULL;
+        }
+        Py_DECREF(made);
     }
     PyObject *secs = PyFloat_FromDouble(now() - t0);
     if (!secs || PyDict_SetItemString(dict, "seconds", secs) < 0 ||
@@ -1200,7 +1220,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (kind == K_TTGT) {
         PyObject *na, *nbk, *tst;
         long long ba, bb, bt;
-        if (!PyArg_ParseTuple(ttgt, "OOOLLL", &na, &nbk, &tst, &ba, &bb, &bt) ||
+        if (!PyArg_ParseTuple(ttgt, "OOOLLLi", &na, &nbk, &tst, &ba, &bb, &bt, &p->d_direct) ||
             read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
             read_intps(tst, p->tst, MAXL, &n, "T strides"))
             goto fail;
@@ -1344,7 +1364,7 @@ static PyObject *Chain_call(PyObject *self_obj, PyObject *const *args, size_t na
         PyObject *prog = PyTuple_GET_ITEM(ch->programs, k);
         int r = 1;
         if (prog != Py_None) {
-            r = program_run((Program *)prog, g_one, x, y, g_zero, Py_None, d);
+            r = program_run((Program *)prog, g_one, x, y, g_zero, Py_None, d, NULL);
             if (r < 0) goto done;
         }
         if (r > 0) { /* the plan binds these operands itself */

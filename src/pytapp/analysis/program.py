@@ -123,6 +123,8 @@ class PackStep:
 
     ``bytes_a``/``bytes_b`` are 0 when the operand already lies that way (used in place);
     ``t_strides`` are T's byte strides per loop label of D (0 for broadcast labels).
+    ``d_direct``: D lies as T would (unconjugated), so that without C the GEMMs write D
+    itself with alpha and no temporary is made.
     """
 
     nest_a: tuple[int, tuple[int, ...], tuple[int, ...]]
@@ -131,11 +133,12 @@ class PackStep:
     bytes_a: int
     bytes_b: int
     bytes_t: int
+    d_direct: bool = False
 
     def as_tuple(self) -> tuple[object, ...]:
         """Return the executor's argument tuple."""
         return (self.nest_a, self.nest_b, self.t_strides, self.bytes_a, self.bytes_b,
-                self.bytes_t)
+                self.bytes_t, int(self.d_direct))
 
 
 @dataclass(frozen=True)
@@ -319,10 +322,14 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
         swap=False, trans_left=TRANS if a_t else NO_TRANS,
         trans_right=TRANS if b_t else NO_TRANS, m=m, n=n, k=k,
         ld_left=max(m if a_t else k, 1), ld_right=max(k if b_t else n, 1), ld_d=max(n, 1))
-    pack = PackStep(nest_a=nest_a, nest_b=nest_b,
-                    t_strides=tuple(t_contig.get(x, 0) for x in out),
+    t_strides = tuple(t_contig.get(x, 0) for x in out)
+    d_strides = dict(zip(spec.d.modes.labels, spec.d.modes.strides, strict=True))
+    pack = PackStep(nest_a=nest_a, nest_b=nest_b, t_strides=t_strides,
                     bytes_a=hh * m * k * item if pack_a else 0,
-                    bytes_b=hh * k * n * item if pack_b else 0, bytes_t=hh * m * n * item)
+                    bytes_b=hh * k * n * item if pack_b else 0, bytes_t=hh * m * n * item,
+                    d_direct=not spec.d.conjugates and all(
+                        d_strides[x] * item == t for x, t in zip(out, t_strides, strict=True)
+                        if ext(x) > 1))
     return gemm, pack
 
 
@@ -398,6 +405,22 @@ def _coalesce(nout: int, extents: list[int],
     return counts[0], new_ext, new_st
 
 
+def _coalesce_store(nout: int, extents: list[int], strides: list[list[int]],
+                    pack: PackStep) -> tuple[int, list[int], list[list[int]], PackStep]:
+    """Merge D's labels that T, C and D step over as one, for TTGT's store (its epilogue).
+
+    A and B are read by the packing nests, not over these labels: their strides over D's
+    merged labels are set to 0. A store into D in T's own order is then one plain loop
+    (``bdfg,egbc->dfec``: 1.5M elements, looped over ``c`` of 3 before).
+    """
+    rows = [strides[2][:nout], strides[3][:nout], list(pack.t_strides)]
+    merged, ext, (c, d, t) = _coalesce(nout, extents[:nout], rows)
+    summed = extents[nout:]
+    new = [[0] * merged + row[nout:] for row in strides[:2]]
+    new += [c + strides[2][nout:], d + strides[3][nout:]]
+    return merged, ext + summed, new, replace(pack, t_strides=tuple(t))
+
+
 @functools.lru_cache(maxsize=512)
 def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     dt = _uniform(spec)
@@ -449,9 +472,12 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         kind = Step.TTGT
         gemm_step, pack = _ttgt(spec, out, item)
         packed = [r for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
+        into = ("gemm into D (without C), else into a temporary stored into D with the "
+                "epilogue" if pack.d_direct else
+                "gemm into a temporary, stored into D with the epilogue")
         description = (f"compiled: ttgt [h={prod(gemm_step.batch_extents)}, m={gemm_step.m}, "
                        f"n={gemm_step.n}, k={gemm_step.k}] (packs {', '.join(packed) or 'none'}"
-                       "; gemm into a temporary, stored into D with the epilogue)")
+                       f"; {into})")
     else:
         return None
     extents = [spec.extent(x) for x in labels]
@@ -459,6 +485,9 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     nout = len(out)
     if kind is Step.LOOP:  # the nest's labels that step through memory as one, as one
         nout, extents, label_strides = _coalesce(nout, extents, label_strides)
+    elif pack is not None:  # TTGT's store reads T and C and writes D over D's labels only
+        nout, extents, label_strides, pack = _coalesce_store(nout, extents, label_strides,
+                                                             pack)
     return Lowered(
         kind=kind, dtype=_CODES[dt], datatype=dt,
         shapes=tuple(op.extents for op in ops),

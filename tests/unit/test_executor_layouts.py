@@ -1,4 +1,5 @@
-"""The compiled loop nest: merged labels, the plain complex loops, the layout of broadcast results.
+"""How the compiled executor walks memory: merged loop labels, plain complex loops, TTGT's GEMMs
+straight into D, and the layout of broadcast results.
 
 Every value is compared with numpy.einsum in float64/complex128 on the same data (exact
 integers where the products are exact), never with pytapp's own output.
@@ -125,3 +126,28 @@ def test_a_final_broadcast_product_writes_long_runs_of_the_larger_operand(
         got = expr(*ops)
         np.testing.assert_array_equal(got, want)
         assert got.transpose([out.index(ch) for ch in memory_order]).flags.c_contiguous
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_ttgt_writes_d_directly_where_it_lies_as_the_gemms_result(dtype: type,
+                                                                  with_c: bool) -> None:
+    # bdfg,egbc->dfec: A and B packed (the summed b, g apart in both), T = [df][ec] is D's order
+    a, b = _ints((2, 12, 8, 2), dtype, 6), _ints((9, 2, 2, 3), dtype, 7)
+    c = _ints((12, 8, 9, 3), dtype, 8)
+    d = np.full((12, 8, 9, 3), np.nan, dtype=dtype)
+    infos = [TensorInfo.from_array(x) for x in (a, b, c, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], "bdfg", infos[1], "egbc", infos[2], "dfec",
+                         infos[3], "dfec")
+    assert "compiled: ttgt" in plan.algorithm and "gemm into D" in plan.algorithm
+    alpha, beta = (2, -1) if np.dtype(dtype).kind == "f" else (2 - 1j, 1 + 2j)
+    status = plan.execute(alpha, a, b, beta if with_c else 0, c if with_c else None, d)
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    want = alpha * np.einsum("bdfg,egbc->dfec", a.astype(wide), b.astype(wide))
+    if with_c:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
+    packed = (a.size + b.size) * a.itemsize
+    # without C no temporary is made: only the packed operands are allocated
+    assert status.bytes_allocated == packed + (d.nbytes if with_c else 0), status
