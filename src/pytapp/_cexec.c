@@ -186,6 +186,9 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         done = _l < (first);                                                                    \
     } while (0)
 
+/* Fewest elements of D's innermost label for which a sum runs row by row (row_sums_apply). */
+#define ROW_SUM_MIN 8
+
 /* A product that sums nothing: the innermost label as a plain loop (unit or zero strides
  * without C: loops the compiler vectorises), the odometer over the others. */
 #define REAL_ELEMENTWISE(NAME, T)                                                               \
@@ -228,8 +231,64 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         }                                                                                       \
     }
 
+/* A sum whose innermost summed label strides through both operands while D's innermost label
+ * runs at unit (or zero) stride through them: D's rows accumulated in a row buffer, one
+ * summed element at a time, a plain loop along the row (kab,kab->ab: a strided sum of 6 per
+ * element is 6 passes over rows). 1 when it does not apply (or no memory): the caller runs
+ * the sums element by element. */
+static int row_sums_apply(const Program *p, npy_intp z) {
+    const int nl = p->nl, nout = p->nout, li = nout - 1;
+    if (nout == 0 || nl == nout) return 0;
+    const npy_intp r0 = p->st[0][li], r1 = p->st[1][li];
+    return p->ext[li] >= ROW_SUM_MIN && p->st[3][li] == z && (r0 == z || r0 == 0) &&
+           (r1 == z || r1 == 0) && (r0 || r1) && p->st[0][nl - 1] != z && p->st[1][nl - 1] != z;
+}
+
+#define REAL_ROW_SUMS(NAME, T)                                                                  \
+    static int rows_##NAME(const Program *p, T alpha, T beta, const char *A, const char *B,     \
+                           const char *C, char *D) {                                            \
+        const int nl = p->nl, nout = p->nout, li = nout - 1;                                    \
+        const npy_intp e = p->ext[li], s2 = p->st[2][li];                                       \
+        const int ua = p->st[0][li] != 0, ub = p->st[1][li] != 0;                               \
+        T *acc = malloc((size_t)e * sizeof(T));                                                 \
+        if (!acc) return 1;                                                                     \
+        npy_intp idx[MAXL] = {0};                                                               \
+        npy_intp o[4] = {0, 0, 0, 0};                                                           \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            for (npy_intp i = 0; i < e; ++i) acc[i] = 0;                                        \
+            npy_intp jdx[MAXL];                                                                 \
+            for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                                     \
+            npy_intp q[2] = {o[0], o[1]};                                                       \
+            int inner_done = 0;                                                                 \
+            while (!inner_done) {                                                               \
+                const T *a = (const T *)(A + q[0]), *b = (const T *)(B + q[1]);                 \
+                if (ua && ub) {                                                                 \
+                    for (npy_intp i = 0; i < e; ++i) acc[i] += a[i] * b[i];                     \
+                } else if (ua) {                                                                \
+                    const T bv = b[0];                                                          \
+                    for (npy_intp i = 0; i < e; ++i) acc[i] += a[i] * bv;                       \
+                } else {                                                                        \
+                    const T av = a[0];                                                          \
+                    for (npy_intp i = 0; i < e; ++i) acc[i] += av * b[i];                       \
+                }                                                                               \
+                ODOMETER_STEP(p, jdx, nout, nl, q, 2, inner_done);                              \
+            }                                                                                   \
+            T *d = (T *)(D + o[3]);                                                             \
+            for (npy_intp i = 0; i < e; ++i) {                                                  \
+                T r = alpha * acc[i];                                                           \
+                if (C) r += beta * *(const T *)(C + o[2] + i * s2);                             \
+                d[i] = r;                                                                       \
+            }                                                                                   \
+            ODOMETER_STEP(p, idx, 0, li, o, 4, done);                                           \
+        }                                                                                       \
+        free(acc);                                                                              \
+        return 0;                                                                               \
+    }
+
 #define REAL_KERNELS(NAME, T)                                                                   \
     REAL_ELEMENTWISE(NAME, T)                                                                   \
+    REAL_ROW_SUMS(NAME, T)                                                                      \
     static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
         npy_intp idx[MAXL] = {0};                                                               \
@@ -240,6 +299,8 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
             elem_##NAME(p, alpha, beta, A, B, C, D);                                            \
             return;                                                                             \
         }                                                                                       \
+        if (row_sums_apply(p, (npy_intp)sizeof(T)) && !rows_##NAME(p, alpha, beta, A, B, C, D)) \
+            return;                                                                             \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
         const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \
@@ -391,6 +452,50 @@ REAL_KERNELS(f64, double)
             ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
         }                                                                                       \
     }                                                                                           \
+    static int rows_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,    \
+                           const char *C, char *D) {                                            \
+        COMPLEX_STATE(T)                                                                        \
+        const int nl = p->nl, nout = p->nout, li = nout - 1;                                    \
+        const npy_intp e = p->ext[li], s2 = p->st[2][li];                                       \
+        const int ua = p->st[0][li] != 0, ub = p->st[1][li] != 0;                               \
+        T *acc = malloc((size_t)e * 2 * sizeof(T));                                             \
+        if (!acc) return 1;                                                                     \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            for (npy_intp i = 0; i < 2 * e; ++i) acc[i] = 0;                                    \
+            npy_intp jdx[MAXL];                                                                 \
+            for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                                     \
+            npy_intp q[2] = {o[0], o[1]};                                                       \
+            int inner_done = 0;                                                                 \
+            while (!inner_done) {                                                               \
+                const T *x = (const T *)(A + q[0]), *y = (const T *)(B + q[1]);                 \
+                if (ua && ub) {                                                                 \
+                    for (npy_intp i = 0; i < e; ++i) {                                          \
+                        const T xr = x[2 * i], xi = sa * x[2 * i + 1];                          \
+                        const T yr = y[2 * i], yi = sb * y[2 * i + 1];                          \
+                        acc[2 * i] += CMUL_RE(xr, xi, yr, yi);                                  \
+                        acc[2 * i + 1] += CMUL_IM(xr, xi, yr, yi);                              \
+                    }                                                                           \
+                } else {                                                                        \
+                    const T *v = ua ? y : x, *w = ua ? x : y; /* v constant along the row */   \
+                    const T sv = ua ? sb : sa, sw = ua ? sa : sb;                               \
+                    const T vr = v[0], vi = sv * v[1];                                          \
+                    for (npy_intp i = 0; i < e; ++i) {                                          \
+                        const T wr = w[2 * i], wi = sw * w[2 * i + 1];                          \
+                        acc[2 * i] += CMUL_RE(vr, vi, wr, wi);                                  \
+                        acc[2 * i + 1] += CMUL_IM(vr, vi, wr, wi);                              \
+                    }                                                                           \
+                }                                                                               \
+                ODOMETER_STEP(p, jdx, nout, nl, q, 2, inner_done);                              \
+            }                                                                                   \
+            for (npy_intp i = 0; i < e; ++i)                                                    \
+                COMPLEX_FINISH(T, acc[2 * i], acc[2 * i + 1], C + o[2] + i * s2,               \
+                               D + o[3] + i * 2 * (npy_intp)sizeof(T));                         \
+            ODOMETER_STEP(p, idx, 0, li, o, 4, done);                                           \
+        }                                                                                       \
+        free(acc);                                                                              \
+        return 0;                                                                               \
+    }                                                                                           \
     static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
         COMPLEX_STATE(T)                                                                        \
@@ -399,6 +504,8 @@ REAL_KERNELS(f64, double)
             elem_##NAME(p, al, be, A, B, C, D);                                                 \
             return;                                                                             \
         }                                                                                       \
+        if (row_sums_apply(p, 2 * (npy_intp)sizeof(T)) && !rows_##NAME(p, al, be, A, B, C, D))  \
+            return;                                                                             \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
         const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \

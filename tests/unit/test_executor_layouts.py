@@ -151,3 +151,37 @@ def test_ttgt_writes_d_directly_where_it_lies_as_the_gemms_result(dtype: type,
     packed = (a.size + b.size) * a.itemsize
     # without C no temporary is made: only the packed operands are allocated
     assert status.bytes_allocated == packed + (d.nbytes if with_c else 0), status
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld"), [
+    ("kab", (6, 5, 40), "kab", (6, 5, 40), "ab"),  # both operands along D's rows
+    ("kab", (6, 5, 40), "ka", (6, 5), "ab"),  # B constant along them
+    ("ka", (6, 5), "kab", (6, 5, 40), "ab"),  # A constant along them
+    ("dcab", (4, 6, 3, 20), "adbc", (3, 4, 20, 6), "dbc"),  # a sum of 3 strided in both
+    ("kjab", (3, 2, 5, 16), "bajk", (16, 5, 2, 3), "ab"),  # two summed labels, strided
+])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_batched_dots_summed_row_by_row_match_numpy(dtype: type, la: str, sa: tuple[int, ...],
+                                                    lb: str, sb: tuple[int, ...], ld: str,
+                                                    with_c: bool) -> None:
+    a, b = _ints(sa, dtype, 9), _ints(sb, dtype, 10)
+    sizes = dict(zip(la + lb, sa + sb, strict=True))
+    shape = [sizes[x] for x in ld]
+    c = _ints(tuple(shape), dtype, 11)
+    d = np.full(shape, np.nan, dtype=dtype)
+    cplx = np.dtype(dtype).kind == "c"
+    op = ElementOp.CONJUGATE if cplx else ElementOp.IDENTITY
+    infos = [TensorInfo.from_array(x) for x in (a, b, c, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], la, infos[1], lb, infos[2], ld, infos[3], ld,
+                         op_a=op)
+    alpha, beta = (3 + 1j, 2 - 1j) if cplx else (3, 2)
+    status = plan.execute(alpha, a, b, beta if with_c else 0, c if with_c else None, d)
+    assert status.algorithm.startswith("compiled: loop nest"), status.algorithm
+    wide = np.complex128 if cplx else np.float64
+    x = np.conj(a) if cplx else a
+    want = alpha * np.einsum(f"{la},{lb}->{ld}", x.astype(wide), b.astype(wide))
+    if with_c:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
