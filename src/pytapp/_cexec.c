@@ -100,6 +100,7 @@ typedef struct {
     int kind;
     int empty_d;   /* D has no element: nothing to do */
     int empty_sum; /* a summed label has extent 0: the product term is +0 */
+    int row_block; /* a loop nest summing D's rows: summed elements per block (0: by element) */
     int conj[4];   /* A, B, C, D */
     /* what each operand must be: ndim, shape, byte strides; footprint [lo, hi) in bytes */
     int ndim[4];
@@ -186,9 +187,6 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         done = _l < (first);                                                                    \
     } while (0)
 
-/* Fewest elements of D's innermost label for which a sum runs row by row (row_sums_apply). */
-#define ROW_SUM_MIN 8
-
 /* A product that sums nothing: the innermost label as a plain loop (unit or zero strides
  * without C: loops the compiler vectorises), the odometer over the others. */
 #define REAL_ELEMENTWISE(NAME, T)                                                               \
@@ -231,37 +229,32 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         }                                                                                       \
     }
 
-/* A sum whose innermost summed label strides through both operands while D's innermost label
- * runs at unit (or zero) stride through them: D's rows accumulated in a row buffer, one
- * summed element at a time, a plain loop along the row (kab,kab->ab: a strided sum of 6 per
- * element is 6 passes over rows). 1 when it does not apply (or no memory): the caller runs
- * the sums element by element. */
-static int row_sums_apply(const Program *p, npy_intp z) {
-    const int nl = p->nl, nout = p->nout, li = nout - 1;
-    if (nout == 0 || nl == nout) return 0;
-    const npy_intp r0 = p->st[0][li], r1 = p->st[1][li];
-    return p->ext[li] >= ROW_SUM_MIN && p->st[3][li] == z && (r0 == z || r0 == 0) &&
-           (r1 == z || r1 == 0) && (r0 || r1) && p->st[0][nl - 1] != z && p->st[1][nl - 1] != z;
-}
-
+/* D's rows summed one summed element at a time, a plain loop along the row, in blocks of
+ * p->row_block summed elements whose sums are then added up (the lowering decides where: a sum
+ * that strides through both operands along rows that do not). 1 when out of memory: the
+ * caller then sums element by element. */
 #define REAL_ROW_SUMS(NAME, T)                                                                  \
     static int rows_##NAME(const Program *p, T alpha, T beta, const char *A, const char *B,     \
                            const char *C, char *D) {                                            \
         const int nl = p->nl, nout = p->nout, li = nout - 1;                                    \
         const npy_intp e = p->ext[li], s2 = p->st[2][li];                                       \
         const int ua = p->st[0][li] != 0, ub = p->st[1][li] != 0;                               \
-        T *acc = malloc((size_t)e * sizeof(T));                                                 \
+        T *acc = malloc((size_t)e * 2 * sizeof(T)), *tot = acc + e;                             \
         if (!acc) return 1;                                                                     \
         npy_intp idx[MAXL] = {0};                                                               \
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            for (npy_intp i = 0; i < e; ++i) acc[i] = 0;                                        \
+            for (npy_intp i = 0; i < e; ++i) acc[i] = tot[i] = 0;                               \
             npy_intp jdx[MAXL];                                                                 \
             for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                                     \
             npy_intp q[2] = {o[0], o[1]};                                                       \
-            int inner_done = 0;                                                                 \
+            int inner_done = 0, in_block = 0;                                                   \
             while (!inner_done) {                                                               \
+                if (in_block++ == p->row_block) { /* a block's sums into the total */         \
+                    for (npy_intp i = 0; i < e; ++i) tot[i] += acc[i], acc[i] = 0;              \
+                    in_block = 1;                                                               \
+                }                                                                               \
                 const T *a = (const T *)(A + q[0]), *b = (const T *)(B + q[1]);                 \
                 if (ua && ub) {                                                                 \
                     for (npy_intp i = 0; i < e; ++i) acc[i] += a[i] * b[i];                     \
@@ -276,7 +269,7 @@ static int row_sums_apply(const Program *p, npy_intp z) {
             }                                                                                   \
             T *d = (T *)(D + o[3]);                                                             \
             for (npy_intp i = 0; i < e; ++i) {                                                  \
-                T r = alpha * acc[i];                                                           \
+                T r = alpha * (tot[i] + acc[i]);                                                \
                 if (C) r += beta * *(const T *)(C + o[2] + i * s2);                             \
                 d[i] = r;                                                                       \
             }                                                                                   \
@@ -299,7 +292,7 @@ static int row_sums_apply(const Program *p, npy_intp z) {
             elem_##NAME(p, alpha, beta, A, B, C, D);                                            \
             return;                                                                             \
         }                                                                                       \
-        if (row_sums_apply(p, (npy_intp)sizeof(T)) && !rows_##NAME(p, alpha, beta, A, B, C, D)) \
+        if (p->row_block && !rows_##NAME(p, alpha, beta, A, B, C, D))                           \
             return;                                                                             \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
@@ -458,16 +451,20 @@ REAL_KERNELS(f64, double)
         const int nl = p->nl, nout = p->nout, li = nout - 1;                                    \
         const npy_intp e = p->ext[li], s2 = p->st[2][li];                                       \
         const int ua = p->st[0][li] != 0, ub = p->st[1][li] != 0;                               \
-        T *acc = malloc((size_t)e * 2 * sizeof(T));                                             \
+        T *acc = malloc((size_t)e * 4 * sizeof(T)), *tot = acc + 2 * e;                         \
         if (!acc) return 1;                                                                     \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            for (npy_intp i = 0; i < 2 * e; ++i) acc[i] = 0;                                    \
+            for (npy_intp i = 0; i < 2 * e; ++i) acc[i] = tot[i] = 0;                           \
             npy_intp jdx[MAXL];                                                                 \
             for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                                     \
             npy_intp q[2] = {o[0], o[1]};                                                       \
-            int inner_done = 0;                                                                 \
+            int inner_done = 0, in_block = 0;                                                   \
             while (!inner_done) {                                                               \
+                if (in_block++ == p->row_block) { /* a block's sums into the total */         \
+                    for (npy_intp i = 0; i < 2 * e; ++i) tot[i] += acc[i], acc[i] = 0;          \
+                    in_block = 1;                                                               \
+                }                                                                               \
                 const T *x = (const T *)(A + q[0]), *y = (const T *)(B + q[1]);                 \
                 if (ua && ub) {                                                                 \
                     for (npy_intp i = 0; i < e; ++i) {                                          \
@@ -489,8 +486,8 @@ REAL_KERNELS(f64, double)
                 ODOMETER_STEP(p, jdx, nout, nl, q, 2, inner_done);                              \
             }                                                                                   \
             for (npy_intp i = 0; i < e; ++i)                                                    \
-                COMPLEX_FINISH(T, acc[2 * i], acc[2 * i + 1], C + o[2] + i * s2,               \
-                               D + o[3] + i * 2 * (npy_intp)sizeof(T));                         \
+                COMPLEX_FINISH(T, tot[2 * i] + acc[2 * i], tot[2 * i + 1] + acc[2 * i + 1],     \
+                               C + o[2] + i * s2, D + o[3] + i * 2 * (npy_intp)sizeof(T));      \
             ODOMETER_STEP(p, idx, 0, li, o, 4, done);                                           \
         }                                                                                       \
         free(acc);                                                                              \
@@ -504,7 +501,7 @@ REAL_KERNELS(f64, double)
             elem_##NAME(p, al, be, A, B, C, D);                                                 \
             return;                                                                             \
         }                                                                                       \
-        if (row_sums_apply(p, 2 * (npy_intp)sizeof(T)) && !rows_##NAME(p, al, be, A, B, C, D))  \
+        if (p->row_block && !rows_##NAME(p, al, be, A, B, C, D))                                \
             return;                                                                             \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
@@ -1272,13 +1269,13 @@ static int read_nest(PyObject *t, Nest *n) {
 static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"type_num", "dtype", "kind", "shapes", "strides", "footprints",
                              "conj", "nout", "extents", "label_strides", "gemm", "ttgt", "flops",
-                             "release_gil_flops", "empty_sum", "status", NULL};
-    int type_num, dtype, kind, nout, empty_sum;
+                             "release_gil_flops", "empty_sum", "row_sums", "status", NULL};
+    int type_num, dtype, kind, nout, empty_sum, row_block;
     double flops, release;
     PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *ttgt, *status;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpO", kwlist, &type_num, &dtype,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpiO", kwlist, &type_num, &dtype,
                                      &kind, &shapes, &strides, &foots, &conj, &nout, &extents,
-                                     &lstrides, &gemm, &ttgt, &flops, &release, &empty_sum,
+                                     &lstrides, &gemm, &ttgt, &flops, &release, &empty_sum, &row_block,
                                      &status))
         return NULL;
     if (dtype < 0 || dtype > 3) {
@@ -1299,6 +1296,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->flops = flops;
     p->release_gil_flops = release;
     p->empty_sum = empty_sum;
+    p->row_block = row_block < 0 ? 0 : row_block;
     npy_intp tmp[MAXL];
     int n;
     for (int r = 0; r < 4; ++r) {

@@ -155,17 +155,18 @@ def test_ttgt_writes_d_directly_where_it_lies_as_the_gemms_result(dtype: type,
 
 @compiled_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld"), [
-    ("kab", (6, 5, 40), "kab", (6, 5, 40), "ab"),  # both operands along D's rows
-    ("kab", (6, 5, 40), "ka", (6, 5), "ab"),  # B constant along them
-    ("ka", (6, 5), "kab", (6, 5, 40), "ab"),  # A constant along them
-    ("dcab", (4, 6, 3, 20), "adbc", (3, 4, 20, 6), "dbc"),  # a sum of 3 strided in both
-    ("kjab", (3, 2, 5, 16), "bajk", (16, 5, 2, 3), "ab"),  # two summed labels, strided
+@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld", "rows"), [
+    ("kab", (6, 5, 40), "kab", (6, 5, 40), "ab", True),  # both operands along D's rows
+    ("kab", (6, 5, 40), "ka", (6, 5), "ab", True),  # B constant along them
+    ("ka", (6, 5), "kab", (6, 5, 40), "ab", True),  # A constant along them
+    ("kab", (300, 2, 9), "kab", (300, 2, 9), "ab", True),  # blocks of 256 summed elements
+    ("dcab", (4, 6, 3, 20), "adbc", (3, 4, 20, 6), "dbc", False),  # rows of 6: by element
+    ("kjab", (3, 2, 5, 16), "bajk", (16, 5, 2, 3), "ab", False),  # B strides along the rows
 ])
 @pytest.mark.parametrize("with_c", [False, True])
 def test_batched_dots_summed_row_by_row_match_numpy(dtype: type, la: str, sa: tuple[int, ...],
                                                     lb: str, sb: tuple[int, ...], ld: str,
-                                                    with_c: bool) -> None:
+                                                    rows: bool, with_c: bool) -> None:
     a, b = _ints(sa, dtype, 9), _ints(sb, dtype, 10)
     sizes = dict(zip(la + lb, sa + sb, strict=True))
     shape = [sizes[x] for x in ld]
@@ -179,6 +180,7 @@ def test_batched_dots_summed_row_by_row_match_numpy(dtype: type, la: str, sa: tu
     alpha, beta = (3 + 1j, 2 - 1j) if cplx else (3, 2)
     status = plan.execute(alpha, a, b, beta if with_c else 0, c if with_c else None, d)
     assert status.algorithm.startswith("compiled: loop nest"), status.algorithm
+    assert ("row by row" in status.algorithm) == rows, status.algorithm
     wide = np.complex128 if cplx else np.float64
     x = np.conj(a) if cplx else a
     want = alpha * np.einsum(f"{la},{lb}->{ld}", x.astype(wide), b.astype(wide))

@@ -227,3 +227,25 @@ def test_tblis_split_products_are_correct() -> None:
         scale = np.abs(a64).max() * np.abs(b64).max() * np.sqrt(a64.size)
         np.testing.assert_allclose(got, want if np.iscomplexobj(got) else want.real,
                                    atol=tol * scale, err_msg=expr)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+def test_long_sums_down_columns_are_as_accurate_as_numpy(dtype: Any) -> None:
+    """Sums down 16 columns, each term a row apart: the compiled loop nest adds rows in blocks.
+
+    numpy.einsum adds the rows one after the other; the blocked sums must be at least as
+    accurate (and the product must run as that loop nest, or the test tests something else).
+    """
+    rows, cols = (1 << 14) + 3, 16
+    a, b, exact = _case("rows", rows, dtype, np.random.default_rng(25))
+    a, b = (np.ascontiguousarray(np.tile(x, (cols // ROWS + 1, 1))[:cols].T) for x in (a, b))
+    exact = np.tile(exact, cols // ROWS + 1)[:cols]
+    infos = [TensorInfo.from_array(x) for x in (a, b)]
+    d = np.empty(cols, dtype=dtype)
+    plan = TensorProduct(Handle("blas"), infos[0], "ji", infos[1], "ji", None, None,
+                         TensorInfo.from_array(d), "i")
+    status = plan.execute(1, a, b, 0, None, d)
+    assert "summed row by row" in status.algorithm, status.algorithm
+    err = _relative_error(d, exact)
+    numpy_err = _relative_error(np.einsum("ji,ji->i", a, b), exact)
+    assert err <= 2 * max(numpy_err, float(np.finfo(dtype).eps) / 2), (err, numpy_err)

@@ -311,7 +311,7 @@ def compile_lowered(prog: Lowered, status: Any) -> Any:
         nout=prog.nout, extents=prog.extents, label_strides=prog.label_strides, gemm=gemm,
         ttgt=ttgt,
         flops=float(prog.flops), release_gil_flops=float(RELEASE_GIL_FLOPS),
-        empty_sum=prog.empty_sum, status=status)
+        empty_sum=prog.empty_sum, row_sums=prog.row_sums, status=status)
 
 
 def compile_chain(**parts: Any) -> Any:
