@@ -900,7 +900,10 @@ static int gemv_try(int dtype, int item, int ta, int tb, int64_t m, int64_t n, i
         incy = 1, len = n;
     }
     if (be.re == 0.0 && be.im == 0.0) { /* y is not read: clear it (BLAS may scale NaNs) */
-        for (int64_t i = 0; i < len; ++i) memset(D + i * incy * item, 0, (size_t)item);
+        if (incy == 1)
+            memset(D, 0, (size_t)len * (size_t)item);
+        else
+            for (int64_t i = 0; i < len; ++i) memset(D + i * incy * item, 0, (size_t)item);
     }
     gemv_raw(dtype, trans, rows, cols, al, mat, ld, vec, incx, be, D, incy);
     return 1;
