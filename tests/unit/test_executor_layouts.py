@@ -43,9 +43,12 @@ def _product(a: np.ndarray, la: str, b: np.ndarray, lb: str, d: np.ndarray, ld: 
     # a transposed operand keeps its labels apart; the summed labels merge among themselves
     (2, [3, 4, 5, 6], [[0, 0, 48, 8], [4, 12, 0, 0], [0, 0, 0, 0], [4, 12, 0, 0]],
      (2, [3, 4, 30], [[0, 0, 8], [4, 12, 0], [0, 0, 0], [4, 12, 0]])),
-    # labels of extent 1 are dropped (one is kept where a group has only those)
+    # labels of extent 1 are dropped (one of D's is kept where D has only those; summed ones
+    # of extent 1 sum one term: none is kept)
     (3, [1, 5, 1, 1], [[0, 8, 0, 0], [0, 8, 0, 0], [0, 0, 0, 0], [40, 8, 8, 0]],
-     (1, [5, 1], [[8, 0], [8, 0], [0, 0], [8, 0]])),
+     (1, [5], [[8], [8], [0], [8]])),
+    (1, [1, 1, 1], [[8, 8, 8], [0, 16, 16], [0, 0, 0], [8, 0, 0]],
+     (1, [1], [[8], [0], [0], [8]])),
     # a label outer in D but inner in A (strides that do not nest) stays separate
     (2, [4, 3], [[8, 32], [0, 0], [0, 0], [24, 8]], (2, [4, 3], [[8, 32], [0, 0], [0, 0],
                                                                   [24, 8]])),
@@ -64,6 +67,7 @@ def test_coalesce_merges_only_labels_every_operand_steps_over_as_one(
     ("ab", (12, 10), "ab", (12, 10), "ab"),  # a Hadamard product over one merged label
     ("abk", (6, 5, 7), "kab", (7, 6, 5), "ab"),  # a sum over k, read against D's order
     ("ijkl", (3, 4, 5, 6), "kl", (5, 6), "ij"),  # a sum over k and l merged
+    ("fgc", (16, 1, 8), "bg", (1, 1), "bfc"),  # a sum of one term: elementwise, not a GEMM
 ])
 def test_loop_nests_over_merged_labels_match_numpy(dtype: type, la: str, sa: tuple[int, ...],
                                                    lb: str, sb: tuple[int, ...],

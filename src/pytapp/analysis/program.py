@@ -422,7 +422,8 @@ def _coalesce(nout: int, extents: list[int],
 
     Outer label ``x`` and the inner ``y`` after it (both D's, or both summed) merge when each
     operand's stride of ``x`` is its stride of ``y`` times ``y``'s extent (zero in both where
-    it lacks them); labels of extent 1 are dropped (one is kept per group). The innermost
+    it lacks them); labels of extent 1 are dropped (one of D's is kept where all are: summed
+    ones of extent 1 sum one term, an elementwise product). The innermost
     loop, a plain vectorised one, then runs as long as memory allows: an outer product
     ``c,ebg->cebg`` (32 and 256x12x2, F32) looped over a ``g`` of 2 in 375 us, over the
     merged ``ebg`` in 21 us. Returns the new ``nout``, extents and strides (per operand).
@@ -439,10 +440,10 @@ def _coalesce(nout: int, extents: list[int],
     for group in groups:
         start = len(new_ext)
         for i in group:
-            if extents[i] == 1 and len(group) > 1:
+            if extents[i] == 1:
                 continue
-            if len(new_ext) > start and (new_ext[-1] == 1 or all(
-                    st[-1] == s[i] * extents[i] for st, s in zip(new_st, strides, strict=True))):
+            if len(new_ext) > start and all(
+                    st[-1] == s[i] * extents[i] for st, s in zip(new_st, strides, strict=True)):
                 new_ext[-1] *= extents[i]
                 for st, s in zip(new_st, strides, strict=True):
                     st[-1] = s[i]
@@ -450,7 +451,7 @@ def _coalesce(nout: int, extents: list[int],
             new_ext.append(extents[i])
             for st, s in zip(new_st, strides, strict=True):
                 st.append(s[i])
-        if group and len(new_ext) == start:  # every label of extent 1: keep one
+        if group and len(new_ext) == start and group is groups[0]:  # D's of extent 1: keep one
             new_ext.append(1)
             for st, s in zip(new_st, strides, strict=True):
                 st.append(s[group[0]])
@@ -480,6 +481,10 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     if dt is None:
         return None
     ops = spec.operands
+    cls = spec.classes
+    # summed labels of extent 1 sum nothing: an elementwise product, not a GEMM with k = 1
+    sums = spec.size((*cls.P, *cls.IA, *cls.IB)) != 1
+    gemm = gemm and sums
     chosen: tuple[ViewGemm, GemmStep] | None = None
     summed_gemm = summed_view_gemm(spec) if gemm else None
     if summed_gemm is not None:  # GEMMs looped over summed labels, added into D in place:
@@ -493,7 +498,6 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         chosen = (summed_gemm, replace(step, summed=summed_gemm.reduced))
     if any(len(op.labels) > MAX_LABELS for op in ops):
         return None
-    cls = spec.classes
     out = list(spec.d.modes.labels)
     summed = [*cls.P, *cls.IA, *cls.IB]
     if len(out) + len(summed) > MAX_LABELS:
@@ -524,11 +528,11 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
             f", summed over {', '.join(map(str, g.batch[:g.reduced]))} in D"
         description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                        f"[m={g.m}, n={g.n}, k={g.k}{adds}] (no copies)")
-    elif madds <= _loop_limit(spec, bool(summed), rows) and not (
+    elif madds <= _loop_limit(spec, sums, rows) and not (
             gemm and madds > GEMM_MIN_MADDS and _ttgt_shaped(spec)):
         kind, gemm_step = Step.LOOP, None
         description = (f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds"
-                       f"{', summed row by row' if rows and summed else ''})")
+                       f"{', summed row by row' if rows and sums else ''})")
     elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
         kind = Step.TTGT
         gemm_step, pack = _ttgt(spec, out, item)
