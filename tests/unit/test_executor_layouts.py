@@ -191,3 +191,32 @@ def test_batched_dots_summed_row_by_row_match_numpy(dtype: type, la: str, sa: tu
     if with_c:
         want += beta * c.astype(wide)
     np.testing.assert_array_equal(d.astype(wide), want)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("conj_b", [False, True])
+def test_ttgt_packs_operands_whose_fastest_label_moves_outermost(dtype: type,
+                                                                 conj_b: bool) -> None:
+    # bcge,gabe->eca: e, B's fastest label, is the GEMMs' batch label (packed outermost)
+    a, b = _ints((16, 3, 4, 24), dtype, 12), _ints((4, 20, 16, 24), dtype, 13)
+    d = np.full((24, 3, 20), np.nan, dtype=dtype)
+    cplx = np.dtype(dtype).kind == "c"
+    op = ElementOp.CONJUGATE if conj_b and cplx else ElementOp.IDENTITY
+    plan = _product(a, "bcge", b, "gabe", d, "eca", op_b=op)
+    assert "compiled: ttgt" in plan.algorithm and "packs A, B" in plan.algorithm
+    plan.execute(1, a, b, 0, None, d)
+    wide = np.complex128 if cplx else np.float64
+    y = np.conj(b) if op is ElementOp.CONJUGATE else b
+    want = np.einsum("bcge,gabe->eca", a.astype(wide), y.astype(wide))
+    np.testing.assert_array_equal(d.astype(wide), want)
+
+
+def test_an_elementwise_step_keeps_its_larger_operands_fastest_label_innermost() -> None:
+    shapes = [(8, 64), (8, 50, 64, 96), (64, 3, 8, 96)]
+    expr = pytapp.einsum_expression("gb,gabe,bcge->cea", *shapes, optimize=[(0, 1), (0, 1)])
+    first = expr.network.steps[0]
+    assert first.b_labels == "gabe" or first.a_labels == "gabe"
+    assert first.out_labels.endswith("e"), first  # not the reader's order, which ends in g
+    ops = [_ints(s, np.float64, k + 14) for k, s in enumerate(shapes)]
+    np.testing.assert_array_equal(expr(*ops), np.einsum("gb,gabe,bcge->cea", *ops))

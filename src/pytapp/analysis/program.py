@@ -42,12 +42,13 @@ MAX_LABELS = 32
 #: in place: below this a library call's fixed cost is the time.
 LOOP_MAX_MADDS = 1 << 15
 #: The same bound for products that sum nothing (Hadamard, outer): the loop nest runs its
-#: innermost label as a plain loop the compiler vectorises (one operand constant along it
-#: folded into alpha, complex ones too), split over the BLAS's pool from 65536 elements. It
-#: beat the backend's threaded NumPy multiply up to millions of elements: 2M-element outer
-#: products 0.44 ms against 0.94 (F64), 0.47 against 2.8 (C64); a 64k-element C128 one 28 us
-#: against 223. Beyond, both run at the speed of writing (and first touching) D.
-LOOP_MAX_ELEMENTWISE = 1 << 21
+#: innermost (merged) label as a plain loop the compiler vectorises (one operand constant along
+#: it folded into alpha, complex ones too), split over the BLAS's pool from 65536 elements. It
+#: beat the backend's threaded NumPy multiply at every size measured, to 16M elements: a
+#: 64k-element C128 outer product 28 us against 223, 2M-element ones 0.44 ms against 0.94 (F64)
+#: and 0.47 against 2.8 (C64), a 2.5M-element F32 row scaling 0.44 ms against 2.8, 8-16M
+#: elements 1.0-2.4x (there both run at the speed of writing, and first touching, D).
+LOOP_MAX_ELEMENTWISE = 1 << 24
 #: The same bound for batched dots (every label of D in A and B, some summed: ``kab,kab->ab``,
 #: ``dcab,adbc->dcb``), which no GEMM or GEMV maps: the loop nest sums each element of D, or
 #: D's rows one summed element at a time where the sum strides through memory and the rows do
