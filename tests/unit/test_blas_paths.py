@@ -11,6 +11,7 @@ import pytest
 
 import pytapp
 from pytapp import kernels
+from pytapp.analysis import viewgemm
 from pytapp.backends import blas, threads
 
 
@@ -276,8 +277,8 @@ def test_gemv_like_products_loop_over_summed_labels(expr: str, loops: int, dtype
     """A GEMV-like product whose summed labels do not fuse runs as GEMVs on views over a
     looped summed label, summed into D afterwards; exact on integer data, with the epilogue."""
     monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)
-    monkeypatch.setattr(blas, "REDUCE_CALL_ELEMENTS", 4)
-    monkeypatch.setattr(blas, "REDUCE_TEMP_SHARE", 1.0)
+    monkeypatch.setattr(viewgemm, "REDUCE_CALL_ELEMENTS", 4)
+    monkeypatch.setattr(viewgemm, "REDUCE_TEMP_SHARE", 1.0)
     sizes = {"k": 3, "a": 10, "b": 9, "c": 8, "d": 6, "h": 8}  # D: at least KERNEL_MIN_ROWS
     rng = np.random.default_rng(31)
     la, lb = expr.split("->")[0].split(",")

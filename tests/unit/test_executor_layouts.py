@@ -220,3 +220,26 @@ def test_an_elementwise_step_keeps_its_larger_operands_fastest_label_innermost()
     assert first.out_labels.endswith("e"), first  # not the reader's order, which ends in g
     ops = [_ints(s, np.float64, k + 14) for k, s in enumerate(shapes)]
     np.testing.assert_array_equal(expr(*ops), np.einsum("gb,gabe,bcge->cea", *ops))
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld", "loop"), [
+    # a GEMV-like product no GEMV reads in place (A's matrices stride both ways): a loop nest
+    ("abcd", (50, 16, 32, 3), "acd", (50, 32, 3), "adb", True),
+    ("bkc", (8, 64, 300), "kc", (64, 300), "bc", True),
+    # one where a GEMV per summed element reads A in place stays with blas's reduce route
+    ("kij", (8, 4000, 16), "kj", (8, 16), "i", False),
+])
+def test_gemv_like_products_without_gemv_views_run_as_loop_nests(
+        dtype: type, la: str, sa: tuple[int, ...], lb: str, sb: tuple[int, ...], ld: str,
+        loop: bool) -> None:
+    a, b = _ints(sa, dtype, 15), _ints(sb, dtype, 16)
+    sizes = dict(zip(la + lb, sa + sb, strict=True))
+    d = np.full([sizes[x] for x in ld], np.nan, dtype=dtype)
+    plan = _product(a, la, b, lb, d, ld)
+    status = plan.execute(1, a, b, 0, None, d)
+    assert status.algorithm.startswith("compiled: loop nest") == loop, status.algorithm
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    np.testing.assert_array_equal(d.astype(wide),
+                                  np.einsum(f"{la},{lb}->{ld}", a.astype(wide), b.astype(wide)))

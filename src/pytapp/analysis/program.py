@@ -30,7 +30,12 @@ from math import prod
 
 from pytapp.analysis.cost import MachineModel, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
-from pytapp.analysis.viewgemm import ViewGemm, summed_view_gemm, view_gemms
+from pytapp.analysis.viewgemm import (
+    ViewGemm,
+    reducing_view_gemm,
+    summed_view_gemm,
+    view_gemms,
+)
 from pytapp.datatypes import Datatype
 
 __all__ = ["GemmStep", "Lowered", "PackStep", "Step", "lower"]
@@ -384,14 +389,18 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
 def _loop_limit(spec: ContractionSpec, summed: bool, rows: bool) -> int:
     """Most multiply-adds of a product the loop nest runs when no GEMM maps it in place.
 
-    ``rows``: the nest would sum D's rows (blocked, as accurate as a long sum needs).
+    ``rows``: the nest would sum D's rows (blocked, as accurate as a long sum needs). Sums
+    that no GEMM or GEMV reads in place, not even one GEMV per summed element (blas's reduce
+    route), run as loop nests up to :data:`LOOP_MAX_DOTS`: batched dots, and GEMV-like
+    products whose matrices stride in both directions (``abcd,acd->adb``: 0.45 -> 0.04 ms).
     """
     if not summed:
         return LOOP_MAX_ELEMENTWISE
     cls = spec.classes
-    dots = (spec.size(cls.FA) == 1 and spec.size(cls.FB) == 1  # batched dots
-            and (rows or spec.size((*cls.P, *cls.IA, *cls.IB)) <= LOOP_MAX_DOT_TERMS))
-    return LOOP_MAX_DOTS if dots else LOOP_MAX_MADDS
+    short = rows or spec.size((*cls.P, *cls.IA, *cls.IB)) <= LOOP_MAX_DOT_TERMS
+    dots = spec.size(cls.FA) == 1 and spec.size(cls.FB) == 1
+    return LOOP_MAX_DOTS if short and (dots or reducing_view_gemm(spec) is None) \
+        else LOOP_MAX_MADDS
 
 
 def _row_sums(nout: int, extents: list[int], strides: list[list[int]], item: int) -> bool:

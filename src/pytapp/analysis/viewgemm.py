@@ -34,8 +34,8 @@ from pytapp.analysis.labels import LabelClasses
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 
-__all__ = ["SUMMED_MIN_FLOPS", "SUMMED_MIN_MADDS", "MatrixView", "ViewGemm", "summed_view_gemm",
-           "view_gemms"]
+__all__ = ["REDUCE_CALL_ELEMENTS", "REDUCE_TEMP_SHARE", "SUMMED_MIN_FLOPS", "SUMMED_MIN_MADDS",
+           "MatrixView", "ViewGemm", "reducing_view_gemm", "summed_view_gemm", "view_gemms"]
 
 Label = Hashable
 #: A group of labels fused in place: their order, and each operand's fused stride.
@@ -183,6 +183,30 @@ def _free_loops(cls: LabelClasses, ext: dict[Label, int], free: list[Label],
                 reduced=len(reduced),
             ))
     return tuple(found)
+
+
+#: A GEMV-like product runs as GEMVs on views (summed labels looped) when each call reads at
+#: least this many elements (NumPy's per-call cost stays small against the stream) ...
+REDUCE_CALL_ELEMENTS = 1024
+#: ... and the temporary of partial results is at most this share of the larger operand.
+REDUCE_TEMP_SHARE = 0.125
+
+
+def reducing_view_gemm(spec: ContractionSpec) -> ViewGemm | None:
+    """Return the GEMVs on views of a GEMV-like product whose summed labels do not fuse.
+
+    ``kbcd,kd->bc`` (o=12, v=48) is 12 GEMVs ``(bc x d) (d)`` into a 12 x 2304 temporary,
+    summed into D: 0.28 ms, where the multiply-reduce pass takes 0.62 ms (BLAS's GEMV
+    streams the operand at the copy rate). Taken when each call reads at least
+    :data:`REDUCE_CALL_ELEMENTS` elements and the temporary is at most
+    :data:`REDUCE_TEMP_SHARE` of the larger operand; ``None`` otherwise.
+    """
+    big = max(spec.a.size, spec.b.size)
+    out = prod(spec.extent(x) for x in spec.d.modes.labels)
+    fit = [g for g in view_gemms(spec)
+           if g.reduced and max(g.m, g.n) * g.k >= REDUCE_CALL_ELEMENTS
+           and out * prod(g.d.shape[:g.reduced]) <= REDUCE_TEMP_SHARE * big]
+    return min(fit, key=lambda g: (g.calls, prod(g.d.shape[:g.reduced])), default=None)
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,7 +33,13 @@ from pytapp.analysis.cost import MachineModel, Route, ttgt_seconds, view_gemm_se
 from pytapp.analysis.layout import fusable
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile, gemm_layout
-from pytapp.analysis.viewgemm import MatrixView, ViewGemm, summed_view_gemm, view_gemms
+from pytapp.analysis.viewgemm import (
+    MatrixView,
+    ViewGemm,
+    reducing_view_gemm,
+    summed_view_gemm,
+    view_gemms,
+)
 from pytapp.backends.base import ALL_PRECTYPES, Capabilities, Stateless
 from pytapp.backends.threads import (
     default_threads,
@@ -143,11 +149,6 @@ def split_pays() -> bool:
     return _split_ratio <= SPLIT_GAIN
 #: Fewest output elements for which a GEMV-like product runs as one fused kernel.
 KERNEL_MIN_ROWS = 64
-#: A GEMV-like product runs as GEMVs on views (summed labels looped) when each call reads at
-#: least this many elements (NumPy's per-call cost stays small against the stream) ...
-REDUCE_CALL_ELEMENTS = 1024
-#: ... and the temporary of partial results is at most this share of the larger operand.
-REDUCE_TEMP_SHARE = 0.125
 #: Products whose operands all hold at most this many elements, and that are not GEMMs on
 #: operands used as they lie, run as one ``numpy.einsum`` call and NumPy's in-place epilogue:
 #: at this size a call's fixed costs (layout analysis, views, kernel dispatch) are the time.
@@ -477,23 +478,8 @@ class BlasPlan(Stateless):
             spec.c.strides == spec.d.strides
 
     def _reducing_view_gemm(self) -> ViewGemm | None:
-        """Return the GEMVs on views of a GEMV-like product whose summed labels do not fuse.
-
-        ``kbcd,kd->bc`` (o=12, v=48) is 12 GEMVs ``(bc x d) (d)`` into a 12 x 2304 temporary,
-        summed into D: 0.28 ms, where the multiply-reduce pass takes 0.62 ms (BLAS's GEMV
-        streams the operand at the copy rate). Taken when each call reads at least
-        :data:`REDUCE_CALL_ELEMENTS` elements and the temporary is at most
-        :data:`REDUCE_TEMP_SHARE` of the larger operand.
-        """
-        if not self._views_allowed():
-            return None
-        spec = self.spec
-        big = max(spec.a.size, spec.b.size)
-        out = prod(self.spec.extent(x) for x in self.spec.d.modes.labels)
-        fit = [g for g in view_gemms(spec)
-               if g.reduced and max(g.m, g.n) * g.k >= REDUCE_CALL_ELEMENTS
-               and out * prod(g.d.shape[:g.reduced]) <= REDUCE_TEMP_SHARE * big]
-        return min(fit, key=lambda g: (g.calls, prod(g.d.shape[:g.reduced])), default=None)
+        """Return the GEMVs on views of a GEMV-like product (:func:`reducing_view_gemm`)."""
+        return reducing_view_gemm(self.spec) if self._views_allowed() else None
 
     def _views(self) -> ViewGemm:
         """Return the GEMMs-on-views mapping of route ``view-gemm`` (set with the route)."""
