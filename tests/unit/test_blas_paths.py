@@ -472,3 +472,19 @@ def test_compiled_summed_gemms_on_every_split(expr: str, sizes: dict[str, int], 
     finally:
         viewgemm.summed_view_gemm.cache_clear()
         program._lower.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_a_full_contraction_of_operands_in_different_orders_packs_one(dtype: type) -> None:
+    """``dabc,cabd->``: B copied into A's order (once, through the threads' copy), one dot."""
+    sizes = {"a": 20, "b": 10, "c": 16, "d": 12}
+    rng = np.random.default_rng(33)
+    a, b = _ints(rng, "dabc", sizes, dtype), _ints(rng, "cabd", sizes, dtype)
+    d = np.full((), np.nan, dtype=dtype)
+    info = pytapp.TensorInfo.from_array
+    with pytapp.Handle("blas") as h:
+        plan = pytapp.TensorProduct(h, info(a), "dabc", info(b), "cabd", None, None, info(d), "")
+        status = plan.execute(1.0, a, b, 0.0, None, d)
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    np.testing.assert_array_equal(d, np.einsum("dabc,cabd->", a.astype(wide), b.astype(wide)))
+    assert status.bytes_copied == b.nbytes, status

