@@ -194,38 +194,45 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
                             const char *C, char *D) {                                           \
         npy_intp idx[MAXL] = {0};                                                               \
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
-        const int last = p->nout - 1;                                                           \
+        const int last = p->nout - 1, mid = last - 1;                                           \
         const npy_intp e = p->ext[last], z = (npy_intp)sizeof(T);                               \
         const npy_intp s0 = p->st[0][last], s1 = p->st[1][last];                                \
         const npy_intp s2 = p->st[2][last], s3 = p->st[3][last];                                \
         const int plain = !C && s3 == z && (s0 == z || s0 == 0) && (s1 == z || s1 == 0);        \
+        /* the next label out as a plain loop too: short rows pay no odometer step each */     \
+        const npy_intp em = mid >= 0 ? p->ext[mid] : 1;                                         \
+        const npy_intp m0 = mid >= 0 ? p->st[0][mid] : 0, m1 = mid >= 0 ? p->st[1][mid] : 0;    \
+        const npy_intp m2 = mid >= 0 ? p->st[2][mid] : 0, m3 = mid >= 0 ? p->st[3][mid] : 0;    \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            const char *pa = A + o[0], *pb = B + o[1];                                          \
-            char *pd = D + o[3];                                                                \
-            if (plain) {                                                                        \
-                T *d = (T *)pd;                                                                 \
-                const T *a = (const T *)pa, *b = (const T *)pb;                                 \
-                if (s0 && s1) {                                                                 \
-                    for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (a[i] * b[i]);              \
-                } else if (s0) {                                                                \
-                    const T bv = b[0];                                                          \
-                    for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (a[i] * bv);                \
-                } else if (s1) {                                                                \
-                    const T av = a[0];                                                          \
-                    for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (av * b[i]);                \
+            for (npy_intp j = 0; j < em; ++j) {                                                 \
+                const char *pa = A + o[0] + j * m0, *pb = B + o[1] + j * m1;                    \
+                const char *pc = C ? C + o[2] + j * m2 : NULL;                                  \
+                char *pd = D + o[3] + j * m3;                                                   \
+                if (plain) {                                                                    \
+                    T *d = (T *)pd;                                                             \
+                    const T *a = (const T *)pa, *b = (const T *)pb;                             \
+                    if (s0 && s1) {                                                             \
+                        for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (a[i] * b[i]);          \
+                    } else if (s0) {                                                            \
+                        const T bv = b[0];                                                      \
+                        for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (a[i] * bv);            \
+                    } else if (s1) {                                                            \
+                        const T av = a[0];                                                      \
+                        for (npy_intp i = 0; i < e; ++i) d[i] = alpha * (av * b[i]);            \
+                    } else {                                                                    \
+                        const T v = alpha * (a[0] * b[0]);                                      \
+                        for (npy_intp i = 0; i < e; ++i) d[i] = v;                              \
+                    }                                                                           \
                 } else {                                                                        \
-                    const T v = alpha * (a[0] * b[0]);                                          \
-                    for (npy_intp i = 0; i < e; ++i) d[i] = v;                                  \
-                }                                                                               \
-            } else {                                                                            \
-                for (npy_intp i = 0; i < e; ++i) {                                              \
-                    T r = alpha * (*(const T *)(pa + i * s0) * *(const T *)(pb + i * s1));      \
-                    if (C) r += beta * *(const T *)(C + o[2] + i * s2);                         \
-                    *(T *)(pd + i * s3) = r;                                                    \
+                    for (npy_intp i = 0; i < e; ++i) {                                          \
+                        T r = alpha * (*(const T *)(pa + i * s0) * *(const T *)(pb + i * s1));  \
+                        if (pc) r += beta * *(const T *)(pc + i * s2);                          \
+                        *(T *)(pd + i * s3) = r;                                                \
+                    }                                                                           \
                 }                                                                               \
             }                                                                                   \
-            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
+            ODOMETER_STEP(p, idx, 0, mid > 0 ? mid : 0, o, 4, done);                            \
         }                                                                                       \
     }
 
@@ -408,10 +415,17 @@ REAL_KERNELS(f64, double)
         const npy_intp s2 = p->st[2][last], s3 = p->st[3][last];                                \
         /* unit or zero strides without C: plain loops the compiler vectorises */               \
         const int plain = !C && s3 == z && (s0 == z || s0 == 0) && (s1 == z || s1 == 0);        \
+        /* the next label out as a plain loop too: short rows pay no odometer step each */     \
+        const int mid = last - 1;                                                               \
+        const npy_intp em = mid >= 0 ? p->ext[mid] : 1;                                         \
+        const npy_intp m0 = mid >= 0 ? p->st[0][mid] : 0, m1 = mid >= 0 ? p->st[1][mid] : 0;    \
+        const npy_intp m2 = mid >= 0 ? p->st[2][mid] : 0, m3 = mid >= 0 ? p->st[3][mid] : 0;    \
         int done = 0;                                                                           \
         while (!done) {                                                                         \
-            const char *pa = A + o[0], *pb = B + o[1];                                          \
-            char *pd = D + o[3];                                                                \
+          for (npy_intp j = 0; j < em; ++j) {                                                   \
+            const char *pa = A + o[0] + j * m0, *pb = B + o[1] + j * m1;                        \
+            const char *pc = C ? C + o[2] + j * m2 : NULL;                                      \
+            char *pd = D + o[3] + j * m3;                                                       \
             if (plain && s0 != s1) { /* one operand constant along the run: fold it in alpha */ \
                 const T *c_ = (const T *)(s0 ? pb : pa), *x_ = (const T *)(s0 ? pa : pb);        \
                 const T sc_ = s0 ? sb : sa, sx_ = s0 ? sa : sb;                                 \
@@ -419,7 +433,6 @@ REAL_KERNELS(f64, double)
                 const T wr = CMUL_RE(ar, ai, cr_, ci_), wi = CMUL_IM(ar, ai, cr_, ci_);         \
                 T *d_ = (T *)pd;                                                                \
                 COMPLEX_SCALED_RUN(T, d_, x_, wr, wi, sx_, sd, e)                               \
-                ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                     \
                 continue;                                                                       \
             }                                                                                   \
             if (plain && s0) { /* both run along it: a Hadamard product */                       \
@@ -432,7 +445,6 @@ REAL_KERNELS(f64, double)
                     d_[2 * i] = CMUL_RE(ar, ai, pr, pi);                                        \
                     d_[2 * i + 1] = sd * CMUL_IM(ar, ai, pr, pi);                               \
                 }                                                                               \
-                ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                     \
                 continue;                                                                       \
             }                                                                                   \
             for (npy_intp i = 0; i < e; ++i) {                                                  \
@@ -440,9 +452,10 @@ REAL_KERNELS(f64, double)
                 const T *y = (const T *)(pb + i * s1);                                          \
                 const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];                   \
                 const T accr = CMUL_RE(xr, xi, yr, yi), acci = CMUL_IM(xr, xi, yr, yi);         \
-                COMPLEX_FINISH(T, accr, acci, C + o[2] + i * s2, pd + i * s3);                  \
+                COMPLEX_FINISH(T, accr, acci, pc + i * s2, pd + i * s3);                        \
             }                                                                                   \
-            ODOMETER_STEP(p, idx, 0, last, o, 4, done);                                         \
+          }                                                                                     \
+          ODOMETER_STEP(p, idx, 0, mid > 0 ? mid : 0, o, 4, done);                              \
         }                                                                                       \
     }                                                                                           \
     static int rows_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,    \

@@ -243,3 +243,33 @@ def test_gemv_like_products_without_gemv_views_run_as_loop_nests(
     wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
     np.testing.assert_array_equal(d.astype(wide),
                                   np.einsum(f"{la},{lb}->{ld}", a.astype(wide), b.astype(wide)))
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("with_c", [False, True])
+@pytest.mark.parametrize(("la", "sa", "lb", "sb", "ld"), [
+    ("bacd", (4, 5, 6, 3), "d", (3,), "bacd"),  # rows of 3: two labels looped plainly
+    ("ab", (7, 3), "b", (3,), "ab"),  # two labels in all
+    ("a", (7,), "b", (3,), "ab"),  # an outer product of two vectors
+    ("abc", (3, 4, 5), "acb", (3, 5, 4), "abc"),  # B strided along D's rows
+])
+def test_elementwise_loop_nests_with_short_rows_match_numpy(
+        dtype: type, with_c: bool, la: str, sa: tuple[int, ...], lb: str,
+        sb: tuple[int, ...], ld: str) -> None:
+    a, b = _ints(sa, dtype, 17), _ints(sb, dtype, 18)
+    sizes = dict(zip(la + lb, sa + sb, strict=True))
+    shape = tuple(sizes[x] for x in ld)
+    c = _ints(shape, dtype, 19)
+    d = np.full(shape, np.nan, dtype=dtype)
+    infos = [TensorInfo.from_array(x) for x in (a, b, c, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], la, infos[1], lb, infos[2], ld, infos[3], ld)
+    cplx = np.dtype(dtype).kind == "c"
+    alpha, beta = (2 + 1j, 1 - 2j) if cplx else (2, -3)
+    status = plan.execute(alpha, a, b, beta if with_c else 0, c if with_c else None, d)
+    assert status.algorithm.startswith("compiled: loop nest"), status.algorithm
+    wide = np.complex128 if cplx else np.float64
+    want = alpha * np.einsum(f"{la},{lb}->{ld}", a.astype(wide), b.astype(wide))
+    if with_c:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
