@@ -236,6 +236,14 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         }                                                                                       \
     }
 
+/* Before each summed element of a row sum: once BLOCK have been added into the N values of
+ * ACC, they go into the row's totals TOT and ACC starts again (COUNT: elements in the block). */
+#define ROW_BLOCK_FLUSH(ACC, TOT, N, COUNT, BLOCK)                                               \
+    if ((COUNT)++ == (BLOCK)) {                                                                 \
+        for (npy_intp i_ = 0; i_ < (N); ++i_) (TOT)[i_] += (ACC)[i_], (ACC)[i_] = 0;            \
+        (COUNT) = 1;                                                                            \
+    }
+
 /* D's rows summed one summed element at a time, a plain loop along the row, in blocks of
  * p->row_block summed elements whose sums are then added up (the lowering decides where: a sum
  * that strides through both operands along rows that do not). 1 when out of memory: the
@@ -258,10 +266,7 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
             npy_intp q[2] = {o[0], o[1]};                                                       \
             int inner_done = 0, in_block = 0;                                                   \
             while (!inner_done) {                                                               \
-                if (in_block++ == p->row_block) { /* a block's sums into the total */         \
-                    for (npy_intp i = 0; i < e; ++i) tot[i] += acc[i], acc[i] = 0;              \
-                    in_block = 1;                                                               \
-                }                                                                               \
+                ROW_BLOCK_FLUSH(acc, tot, e, in_block, p->row_block)                            \
                 const T *a = (const T *)(A + q[0]), *b = (const T *)(B + q[1]);                 \
                 if (ua && ub) {                                                                 \
                     for (npy_intp i = 0; i < e; ++i) acc[i] += a[i] * b[i];                     \
@@ -474,10 +479,7 @@ REAL_KERNELS(f64, double)
             npy_intp q[2] = {o[0], o[1]};                                                       \
             int inner_done = 0, in_block = 0;                                                   \
             while (!inner_done) {                                                               \
-                if (in_block++ == p->row_block) { /* a block's sums into the total */         \
-                    for (npy_intp i = 0; i < 2 * e; ++i) tot[i] += acc[i], acc[i] = 0;          \
-                    in_block = 1;                                                               \
-                }                                                                               \
+                ROW_BLOCK_FLUSH(acc, tot, 2 * e, in_block, p->row_block)                        \
                 const T *x = (const T *)(A + q[0]), *y = (const T *)(B + q[1]);                 \
                 if (ua && ub) {                                                                 \
                     for (npy_intp i = 0; i < e; ++i) {                                          \
