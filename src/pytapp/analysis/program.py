@@ -518,13 +518,13 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     out.sort(key=lambda x: -abs(by_label[3][x]))
     summed.sort(key=lambda x: -abs(by_label[0].get(x, 0)))
     labels: Sequence[Label] = [*out, *summed]
-    madds = prod(spec.extent(x) for x in labels)
     extents = [spec.extent(x) for x in labels]
+    madds = prod(extents)
     label_strides = [[s.get(x, 0) * item for x in labels] for s in by_label]
     nout = len(out)
     # the loop nest's labels that step through memory as one, as one
     nest = _coalesce(nout, extents, label_strides)
-    rows = _row_sums(*nest, item)
+    rows = _row_sums(*nest, item)  # (never without a summed label left in the nest)
     if chosen is None and gemm:
         chosen = _choose_gemm(spec, item)
         if chosen is not None and (_ttgt_cheaper(spec, chosen[0], out, item) or (
@@ -542,7 +542,7 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
             gemm and madds > GEMM_MIN_MADDS and _ttgt_shaped(spec)):
         kind, gemm_step = Step.LOOP, None
         description = (f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds"
-                       f"{', summed row by row' if rows and sums else ''})")
+                       f"{', summed row by row' if rows else ''})")
     elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
         kind = Step.TTGT
         gemm_step, pack = _ttgt(spec, out, item)
