@@ -252,7 +252,7 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
     static int rows_##NAME(const Program *p, T alpha, T beta, const char *A, const char *B,     \
                            const char *C, char *D) {                                            \
         const int nl = p->nl, nout = p->nout, li = nout - 1;                                    \
-        const npy_intp e = p->ext[li], s2 = p->st[2][li];                                       \
+        const npy_intp e = p->ext[li], s2 = p->st[2][li], s3 = p->st[3][li];                    \
         const int ua = p->st[0][li] != 0, ub = p->st[1][li] != 0;                               \
         T *acc = malloc((size_t)e * 2 * sizeof(T)), *tot = acc + e;                             \
         if (!acc) return 1;                                                                     \
@@ -279,11 +279,10 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
                 }                                                                               \
                 ODOMETER_STEP(p, jdx, nout, nl, q, 2, inner_done);                              \
             }                                                                                   \
-            T *d = (T *)(D + o[3]);                                                             \
-            for (npy_intp i = 0; i < e; ++i) {                                                  \
+            for (npy_intp i = 0; i < e; ++i) { /* D's row may stride (s3) */                    \
                 T r = alpha * (tot[i] + acc[i]);                                                \
                 if (C) r += beta * *(const T *)(C + o[2] + i * s2);                             \
-                d[i] = r;                                                                       \
+                *(T *)(D + o[3] + i * s3) = r;                                                  \
             }                                                                                   \
             ODOMETER_STEP(p, idx, 0, li, o, 4, done);                                           \
         }                                                                                       \
@@ -467,7 +466,7 @@ REAL_KERNELS(f64, double)
                            const char *C, char *D) {                                            \
         COMPLEX_STATE(T)                                                                        \
         const int nl = p->nl, nout = p->nout, li = nout - 1;                                    \
-        const npy_intp e = p->ext[li], s2 = p->st[2][li];                                       \
+        const npy_intp e = p->ext[li], s2 = p->st[2][li], s3 = p->st[3][li];                    \
         const int ua = p->st[0][li] != 0, ub = p->st[1][li] != 0;                               \
         T *acc = malloc((size_t)e * 4 * sizeof(T)), *tot = acc + 2 * e;                         \
         if (!acc) return 1;                                                                     \
@@ -502,7 +501,7 @@ REAL_KERNELS(f64, double)
             }                                                                                   \
             for (npy_intp i = 0; i < e; ++i)                                                    \
                 COMPLEX_FINISH(T, tot[2 * i] + acc[2 * i], tot[2 * i + 1] + acc[2 * i + 1],     \
-                               C + o[2] + i * s2, D + o[3] + i * 2 * (npy_intp)sizeof(T));      \
+                               C + o[2] + i * s2, D + o[3] + i * s3);                           \
             ODOMETER_STEP(p, idx, 0, li, o, 4, done);                                           \
         }                                                                                       \
         free(acc);                                                                              \

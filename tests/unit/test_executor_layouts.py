@@ -196,19 +196,48 @@ def test_batched_dots_summed_row_by_row_match_numpy(dtype: type, la: str, sa: tu
 @compiled_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("conj_b", [False, True])
-def test_ttgt_packs_operands_whose_fastest_label_moves_outermost(dtype: type,
-                                                                 conj_b: bool) -> None:
-    # bcge,gabe->eca: e, B's fastest label, is the GEMMs' batch label (packed outermost)
-    a, b = _ints((16, 3, 4, 24), dtype, 12), _ints((4, 20, 16, 24), dtype, 13)
-    d = np.full((24, 3, 20), np.nan, dtype=dtype)
+@pytest.mark.parametrize(("c", "route"), [(12, "ttgt"), (3, "rows")])
+def test_ttgt_packs_operands_whose_fastest_label_moves_outermost(dtype: type, conj_b: bool,
+                                                                 c: int, route: str) -> None:
+    # bcge,gabe->eca: e, B's fastest label, is the GEMMs' batch label (packed outermost); with
+    # c of 3 those GEMMs would be 20x3x16: the rows along e (in A, B and D) are summed instead
+    a, b = _ints((16, c, 4, 24), dtype, 12), _ints((4, 20, 16, 24), dtype, 13)
+    d = np.full((24, c, 20), np.nan, dtype=dtype)
     cplx = np.dtype(dtype).kind == "c"
     op = ElementOp.CONJUGATE if conj_b and cplx else ElementOp.IDENTITY
     plan = _product(a, "bcge", b, "gabe", d, "eca", op_b=op)
-    assert "compiled: ttgt" in plan.algorithm and "packs A, B" in plan.algorithm
+    if route == "ttgt":
+        assert "compiled: ttgt" in plan.algorithm and "packs A, B" in plan.algorithm
+    else:
+        assert "summed row by row" in plan.algorithm, plan.algorithm
     plan.execute(1, a, b, 0, None, d)
     wide = np.complex128 if cplx else np.float64
     y = np.conj(b) if op is ElementOp.CONJUGATE else b
     want = np.einsum("bcge,gabe->eca", a.astype(wide), y.astype(wide))
+    np.testing.assert_array_equal(d.astype(wide), want)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_gemv_like_sums_rows_along_a_label_strided_in_d(dtype: type, with_c: bool) -> None:
+    # dacb,cd->ba: b runs along A's memory but strides through D (by a's extent of 3); the
+    # nest takes b innermost and writes each row of D once, strided, C read the same way
+    a, b = _ints((16, 3, 64, 16), dtype, 21), _ints((64, 16), dtype, 22)
+    d = np.full((16, 3), np.nan, dtype=dtype)
+    c = _ints((3, 16), dtype, 23).T if with_c else None  # C in its own (transposed) layout
+    cplx = np.dtype(dtype).kind == "c"
+    alpha, beta = (2 - 1j, 1 + 2j) if cplx else (2.0, -3.0)
+    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], "dacb", infos[1], "cd",
+                         None if c is None else TensorInfo.from_array(c),
+                         None if c is None else "ba", infos[2], "ba")
+    assert "summed row by row" in plan.algorithm, plan.algorithm
+    plan.execute(alpha, a, b, beta if with_c else 0, c, d)
+    wide = np.complex128 if cplx else np.float64
+    want = alpha * np.einsum("dacb,cd->ba", a.astype(wide), b.astype(wide))
+    if c is not None:
+        want += beta * c.astype(wide)
     np.testing.assert_array_equal(d.astype(wide), want)
 
 

@@ -68,6 +68,15 @@ LOOP_MAX_DOT_TERMS = 1 << 10
 ROW_SUM_MIN = 8
 #: Summed elements per block of a row-by-row sum; the block sums are then added up.
 ROW_SUM_BLOCK = 256
+#: Bytes of operand rows a row-by-row sum streams per second, to price it against GEMMs on
+#: the cost model's constants (:func:`_rows_cheaper`): 12-23 GB/s measured in F32 and F64
+#: (rows of 24 to 96), the complex kernels about ROW_SUM_COMPLEX times slower.
+ROW_SUM_BYTES = 1.2e10
+ROW_SUM_COMPLEX = 2.0
+#: ... and only against GEMMs whose thinner side (m or n) has at most this many elements:
+#: with 6 or more, GEMMs of k = 64 ran as fast as the rows or faster (the model prices such
+#: small GEMMs high).
+ROW_GEMM_THIN = 4
 #: GEMMs with fewer multiply-adds per call than this run as a loop nest instead.
 GEMM_MIN_MADDS = 512
 #: Batched GEMMs run in one process-wide BLAS call loop only below this many flops in total;
@@ -392,21 +401,23 @@ def _loop_limit(spec: ContractionSpec, summed: bool, rows: bool) -> int:
     ``rows``: the nest would sum D's rows (blocked, as accurate as a long sum needs). Sums
     that no GEMM or GEMV reads in place, not even one GEMV per summed element (blas's reduce
     route), run as loop nests up to :data:`LOOP_MAX_DOTS`: batched dots, and GEMV-like
-    products whose matrices stride in both directions (``abcd,acd->adb``: 0.45 -> 0.04 ms).
+    products whose matrices stride in both directions (``abcd,acd->adb``: 0.45 -> 0.04 ms);
+    so do row-by-row sums, which stream both operands whatever the other routes.
     """
     if not summed:
         return LOOP_MAX_ELEMENTWISE
     cls = spec.classes
     short = rows or spec.size((*cls.P, *cls.IA, *cls.IB)) <= LOOP_MAX_DOT_TERMS
     dots = spec.size(cls.FA) == 1 and spec.size(cls.FB) == 1
-    return LOOP_MAX_DOTS if short and (dots or reducing_view_gemm(spec) is None) \
+    return LOOP_MAX_DOTS if rows or (short and (dots or reducing_view_gemm(spec) is None)) \
         else LOOP_MAX_MADDS
 
 
 def _row_sums(nout: int, extents: list[int], strides: list[list[int]], item: int) -> bool:
     """Whether a loop nest sums D's rows, one summed element at a time, rather than elements.
 
-    Where D's innermost label runs at unit (or zero) stride through A, B and D, at least
+    Where D's innermost label runs at unit (or zero) stride through A and B (through D at any
+    stride: each row of D is written once, at the end of its sums), at least
     :data:`ROW_SUM_MIN` long, and the innermost summed label strides through both operands,
     the sums walk memory badly and the rows well: ``kab,kab->ab`` sums 6 terms 64k elements
     apart per element, where 6 passes over rows stream (0.20 -> 0.05 ms, F32). The executor
@@ -421,9 +432,54 @@ def _row_sums(nout: int, extents: list[int], strides: list[list[int]], item: int
     if nout == 0 or nout == len(extents):
         return False
     r = [st[nout - 1] for st in strides]
-    return (extents[nout - 1] >= ROW_SUM_MIN and r[3] == item and r[0] in (0, item)
+    return (extents[nout - 1] >= ROW_SUM_MIN and r[3] != 0 and r[0] in (0, item)
             and r[1] in (0, item) and (r[0] or r[1]) != 0
             and strides[0][-1] != item and strides[1][-1] != item)
+
+
+def _rows_cheaper(spec: ContractionSpec, chosen: tuple[ViewGemm, GemmStep] | None,
+                  out: Sequence[Label], item: int, madds: int) -> bool:
+    """Whether the cost model prices a row-by-row loop nest below the GEMMs it would replace.
+
+    ``chosen``: the GEMMs on views, else TTGT's. Batched GEMMs with a side of a few elements run
+    far below peak where the rows stream: ``gabe,bcge->gaec`` (8x50x64x96, 64x3x8x96, F32) is
+    768 GEMMs of 50x3x64 after packing A (6.4 ms) or 7.4M multiply-adds summed in rows of 96
+    (1.7 ms); with 12 or more columns the GEMMs win (``xbe,bce->xec``: 1.1 against 2.2 ms).
+    """
+    model, cplx = MachineModel(), spec.rule.is_complex
+    if chosen is not None:
+        g = chosen[0]
+        thin = min(g.m, g.n)
+        other = view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx)
+    elif _gemm_sized(spec):
+        step, pack = _ttgt(spec, out, item)
+        thin = min(step.m, step.n)
+        other = ttgt_seconds(step.m, step.n, step.k, prod(step.batch_extents),
+                             pack.bytes_a + pack.bytes_b, pack.bytes_t, model, cplx)
+    else:
+        return False
+    rows = madds * item * (ROW_SUM_COMPLEX if cplx else 1.0) / ROW_SUM_BYTES
+    return thin <= ROW_GEMM_THIN and rows < other
+
+
+def _rows_nest(out: Sequence[Label], summed: Sequence[Label], by_label: list[dict[Label, int]],
+               spec: ContractionSpec, item: int) -> tuple[int, list[int], list[list[int]]] | None:
+    """Return a loop nest summing D's rows along a label A or B reads at unit stride, or None.
+
+    D's labels ``out`` come in D's memory order; where its innermost one strides through the
+    operands, a D label that an operand reads along memory is taken innermost instead (D's row
+    then strides, written once per row): ``dacb,cd->ba`` (64x2x256x16, F32) sums rows of 16
+    along ``b`` instead of dots strided by 16 (0.59 -> 0.21 ms, a packed GEMV before).
+    """
+    for x in sorted(out, key=lambda y: -spec.extent(y)):
+        if spec.extent(x) < ROW_SUM_MIN or not any(s.get(x) == 1 for s in by_label[:2]):
+            continue
+        labels = [*(y for y in out if y != x), x, *summed]
+        strides = [[s.get(y, 0) * item for y in labels] for s in by_label]
+        nest = _coalesce(len(out), [spec.extent(y) for y in labels], strides)
+        if _row_sums(*nest, item):
+            return nest
+    return None
 
 
 def _coalesce(nout: int, extents: list[int],
@@ -497,11 +553,12 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     gemm = gemm and sums
     chosen: tuple[ViewGemm, GemmStep] | None = None
     summed_gemm = summed_view_gemm(spec) if gemm else None
-    if summed_gemm is not None:  # GEMMs looped over summed labels, added into D in place:
-        # what the blas plan runs (one decision), where C's terms lie where D's do; GEMV-like
-        # products (one free side) stay with the plan's reduce route and its own mapping
-        if min(spec.size(spec.classes.FA), spec.size(spec.classes.FB)) == 1:
-            return None
+    # GEMV-like products (one free side) with GEMMs looped over summed labels stay with the
+    # plan's reduce route and its own mapping, unless a loop nest streams them by rows
+    gemv_like = summed_gemm is not None and min(spec.size(cls.FA), spec.size(cls.FB)) == 1
+    if summed_gemm is not None and not gemv_like:  # GEMMs looped over summed labels, added
+        # into D in place: what the blas plan runs (one decision), where C's terms lie where
+        # D's do
         step = _gemm_step(spec, summed_gemm, dt.itemsize)
         if step is None or spec.c.strides != spec.d.strides:
             return None
@@ -525,11 +582,22 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     # the loop nest's labels that step through memory as one, as one
     nest = _coalesce(nout, extents, label_strides)
     rows = _row_sums(*nest, item)  # (never without a summed label left in the nest)
-    if chosen is None and gemm:
+    if not rows and summed:
+        moved = _rows_nest(out, summed, by_label, spec, item)
+        if moved is not None:
+            nest, rows = moved, True
+    if gemv_like and not (rows and madds <= _loop_limit(spec, sums, rows)):
+        return None
+    if chosen is None and gemm and not gemv_like:
         chosen = _choose_gemm(spec, item)
         if chosen is not None and (_ttgt_cheaper(spec, chosen[0], out, item) or (
                 rows and chosen[0].m * chosen[0].n == 1)):  # dots that stride: summed by rows
             chosen = None
+    # rows that stream beat GEMMs with a side of a few elements, whatever the size
+    by_rows = rows and gemm and not gemv_like and madds > LOOP_MAX_MADDS and _rows_cheaper(
+        spec, chosen, out, item, madds)
+    if by_rows:
+        chosen = None
     pack: PackStep | None = None
     if chosen is not None:
         g, gemm_step = chosen
@@ -538,8 +606,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
             f", summed over {', '.join(map(str, g.batch[:g.reduced]))} in D"
         description = (f"compiled: {g.calls} gemm{'s' if g.calls > 1 else ''} on strided views "
                        f"[m={g.m}, n={g.n}, k={g.k}{adds}] (no copies)")
-    elif madds <= _loop_limit(spec, sums, rows) and not (
-            gemm and madds > GEMM_MIN_MADDS and _ttgt_shaped(spec)):
+    elif by_rows or (madds <= _loop_limit(spec, sums, rows) and not (
+            gemm and madds > GEMM_MIN_MADDS and _ttgt_shaped(spec))):
         kind, gemm_step = Step.LOOP, None
         description = (f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds"
                        f"{', summed row by row' if rows else ''})")
