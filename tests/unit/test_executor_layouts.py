@@ -241,6 +241,31 @@ def test_gemv_like_sums_rows_along_a_label_strided_in_d(dtype: type, with_c: boo
     np.testing.assert_array_equal(d.astype(wide), want)
 
 
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize(("d_extent", "with_c"), [(3, False), (2, True), (3, True)])
+def test_short_rows_where_no_gemm_or_gemv_maps_the_product(dtype: type, d_extent: int,
+                                                           with_c: bool) -> None:
+    # bacd,bc->ad: the rows along d (3 or 2) run along A, B is constant along them and sums
+    # along its memory; no GEMV of 3 rows is worth its call
+    a, b = _ints((12, 16, 128, d_extent), dtype, 31), _ints((12, 128), dtype, 32)
+    d = np.full((16, d_extent), np.nan, dtype=dtype)
+    c = _ints((d_extent, 16), dtype, 33).T if with_c else None
+    cplx = np.dtype(dtype).kind == "c"
+    alpha, beta = (1 - 2j, 3 + 1j) if cplx else (-2.0, 3.0)
+    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], "bacd", infos[1], "bc",
+                         None if c is None else TensorInfo.from_array(c),
+                         None if c is None else "ad", infos[2], "ad")
+    assert "summed row by row" in plan.algorithm, plan.algorithm
+    plan.execute(alpha, a, b, beta if with_c else 0, c, d)
+    wide = np.complex128 if cplx else np.float64
+    want = alpha * np.einsum("bacd,bc->ad", a.astype(wide), b.astype(wide))
+    if c is not None:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
+
+
 def test_an_elementwise_step_keeps_its_larger_operands_fastest_label_innermost() -> None:
     shapes = [(8, 64), (8, 50, 64, 96), (64, 3, 8, 96)]
     expr = pytapp.einsum_expression("gb,gabe,bcge->cea", *shapes, optimize=[(0, 1), (0, 1)])
