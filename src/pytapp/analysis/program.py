@@ -77,6 +77,11 @@ ROW_SUM_COMPLEX = 2.0
 #: with 6 or more, GEMMs of k = 64 ran as fast as the rows or faster (the model prices such
 #: small GEMMs high).
 ROW_GEMM_THIN = 4
+#: GEMV-like products sum rows (up to LOOP_MAX_DOTS multiply-adds) rather than run the
+#: plan's GEMVs on views only where each GEMV has at most this many elements of D:
+#: ``dacb,cd->ab`` with rows of 16: 0.35 against 0.38 ms (F32), 0.18 against a packed GEMV's
+#: 0.90; with 32 and 64: 0.78 against 0.72 (F64), 0.67 against 0.43 (C128).
+ROW_GEMV_MAX = 16
 #: GEMMs with fewer multiply-adds per call than this run as a loop nest instead.
 GEMM_MIN_MADDS = 512
 #: Batched GEMMs run in one process-wide BLAS call loop only below this many flops in total;
@@ -468,7 +473,7 @@ def _rows_cheaper(spec: ContractionSpec, chosen: tuple[ViewGemm, GemmStep] | Non
     else:
         return False
     rows = madds * item * (ROW_SUM_COMPLEX if cplx else 1.0) / ROW_SUM_BYTES
-    return thin <= ROW_GEMM_THIN and rows < other
+    return 2 <= thin <= ROW_GEMM_THIN and rows < other  # (GEMVs stream at the copy rate)
 
 
 def _rows_nest(out: Sequence[Label], summed: Sequence[Label], by_label: list[dict[Label, int]],
@@ -597,7 +602,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         moved = _rows_nest(out, summed, by_label, spec, item)
         if moved is not None:
             nest, rows = moved, True
-    if gemv_like and not (rows and madds <= _loop_limit(spec, sums, rows)):
+    if gemv_like and not (rows and madds <= _loop_limit(spec, sums, rows) and summed_gemm
+                          and summed_gemm.m * summed_gemm.n <= ROW_GEMV_MAX):
         return None
     # short rows (2-7) where the plan has only its multiply-reduce pass (no GEMM, no GEMVs on
     # views): bacd,bc->ad (12x32x256x3) 1.07 -> 0.25 ms (F64), 128x64x256x3 12.5 -> 6.7 ms
