@@ -1047,6 +1047,11 @@ static void *scratch(npy_intp bytes) {
 
 /* Packs, GEMMs into the scratch T, then the store into D; 1 when memory ran out. Without C,
  * where D lies as T would, the GEMMs write D with alpha (*direct set to 1): no T, no store. */
+static void run_pack_split(const Program *p, const Nest *n, const char *src, char *dst,
+                           int conj, npy_intp bytes);
+static void run_store_split(const Program *p, cval al, cval be, const char *T, const char *C,
+                            char *D);
+
 static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
                     const char *C, char *D, int *direct) {
     const int into_d = p->d_direct && !C;
@@ -1059,15 +1064,15 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
         free(t);
         return 1;
     }
-    if (pa) run_pack(p, &p->pack_a, A, pa, p->conj[0]);
-    if (pb) run_pack(p, &p->pack_b, B, pb, p->conj[1]);
+    if (pa) run_pack_split(p, &p->pack_a, A, pa, p->conj[0], p->bytes_a);
+    if (pb) run_pack_split(p, &p->pack_b, B, pb, p->conj[1], p->bytes_b);
     cval one = {1.0, 0.0}, zero = {0.0, 0.0};
     if (into_d) {
         run_gemm(p, al, zero, pa ? pa : A, pb ? pb : B, D);
         if (direct) *direct = 1;
     } else {
         run_gemm(p, one, zero, pa ? pa : A, pb ? pb : B, t);
-        run_store(p, al, be, t, C, D);
+        run_store_split(p, al, be, t, C, D);
     }
     free(pa);
     free(pb);
@@ -2009,6 +2014,93 @@ static void run_loop_split(const Program *p, cval al, cval be, const char *A, co
         jobs[w].D = D + start * p->st[3][0];
     }
     g_pool_run(workers, (void *)loop_task, jobs, (int)sizeof(LoopJob));
+    free(jobs);
+}
+
+/* Packs of at least this many bytes are shared out over the BLAS's pool along the nest's first
+ * label, the destination's outermost (each worker packs its own contiguous part of it). */
+#define PACK_SPLIT_MIN (1 << 18)
+
+typedef struct {
+    Nest n; /* the packing nest with its first label cut to this worker's range */
+    const Program *p;
+    const char *src;
+    char *dst;
+    int conj;
+} PackJob;
+
+static void pack_task(void *arg) {
+    PackJob *j = (PackJob *)arg;
+    if (j->n.ext[0] > 0) run_pack(j->p, &j->n, j->src, j->dst, j->conj);
+}
+
+static void run_pack_split(const Program *p, const Nest *n, const char *src, char *dst,
+                           int conj, npy_intp bytes) {
+    int workers = 1;
+    if (g_pool_run && g_get_threads && !g_in_pool && n->nout > 0 && n->ext[0] > 1 &&
+        bytes >= PACK_SPLIT_MIN)
+        workers = g_get_threads();
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    if (workers > n->ext[0]) workers = (int)n->ext[0];
+    PackJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(PackJob)) : NULL;
+    if (!jobs) {
+        run_pack(p, n, src, dst, conj);
+        return;
+    }
+    const npy_intp first = n->ext[0];
+    npy_intp per = p->item; /* bytes of dst per index of the first label */
+    for (int l = 1; l < n->nout; ++l) per *= n->ext[l];
+    for (int w = 0; w < workers; ++w) {
+        const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
+        memcpy(&jobs[w].n, n, sizeof(Nest));
+        jobs[w].n.ext[0] = stop - start;
+        jobs[w].p = p;
+        jobs[w].src = src + start * n->st[0][0];
+        jobs[w].dst = dst + start * per;
+        jobs[w].conj = conj;
+    }
+    g_pool_run(workers, (void *)pack_task, jobs, (int)sizeof(PackJob));
+    free(jobs);
+}
+
+typedef struct {
+    Program sub; /* the store's nest with its first label cut to this worker's range */
+    cval al, be;
+    const char *T, *C;
+    char *D;
+} StoreJob;
+
+static void store_task(void *arg) {
+    StoreJob *j = (StoreJob *)arg;
+    if (j->sub.ext[0] > 0) run_store(&j->sub, j->al, j->be, j->T, j->C, j->D);
+}
+
+/* TTGT's store of T into D, shared out like the packs from PACK_SPLIT_MIN bytes of T. */
+static void run_store_split(const Program *p, cval al, cval be, const char *T, const char *C,
+                            char *D) {
+    int workers = 1;
+    if (g_pool_run && g_get_threads && !g_in_pool && p->nout > 0 && p->ext[0] > 1 &&
+        p->bytes_t >= PACK_SPLIT_MIN)
+        workers = g_get_threads();
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    if (workers > p->ext[0]) workers = (int)p->ext[0];
+    StoreJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(StoreJob)) : NULL;
+    if (!jobs) {
+        run_store(p, al, be, T, C, D);
+        return;
+    }
+    const npy_intp first = p->ext[0];
+    for (int w = 0; w < workers; ++w) {
+        const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
+        memcpy(&jobs[w].sub, p, sizeof(Program));
+        jobs[w].sub.ext[0] = stop - start;
+        jobs[w].al = al;
+        jobs[w].be = be;
+        jobs[w].T = T + start * p->tst[0];
+        jobs[w].C = C ? C + start * p->st[2][0] : NULL;
+        jobs[w].D = D + start * p->st[3][0];
+    }
+    g_pool_run(workers, (void *)store_task, jobs, (int)sizeof(StoreJob));
     free(jobs);
 }
 

@@ -266,6 +266,32 @@ def test_short_rows_where_no_gemm_or_gemv_maps_the_product(dtype: type, d_extent
     np.testing.assert_array_equal(d.astype(wide), want)
 
 
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_ttgt_packs_and_store_shared_out_over_threads(dtype: type, with_c: bool) -> None:
+    # ijab,kjcb->ikac: A and the GEMM's temporary (m x 64, m = 16 a) are 256 KB or more, so
+    # the pack and the store into D (with C) are split over the pool along their first label
+    va = 64 if np.dtype(dtype).itemsize == 4 else 32
+    a, b = _ints((16, 4, va, 16), dtype, 41), _ints((8, 4, 8, 16), dtype, 42)
+    d = np.full((16, 8, va, 8), np.nan, dtype=dtype)
+    c = _ints((16, va, 8, 8), dtype, 43).transpose(0, 2, 1, 3) if with_c else None
+    cplx = np.dtype(dtype).kind == "c"
+    alpha, beta = (2 + 1j, -1 + 1j) if cplx else (3.0, -2.0)
+    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], "ijab", infos[1], "kjcb",
+                         None if c is None else TensorInfo.from_array(c),
+                         None if c is None else "ikac", infos[2], "ikac",
+                         op_b=ElementOp.CONJUGATE if cplx else ElementOp.IDENTITY)
+    assert "compiled: ttgt" in plan.algorithm and "packs A, B" in plan.algorithm
+    plan.execute(alpha, a, b, beta if with_c else 0, c, d)
+    wide = np.complex128 if cplx else np.float64
+    want = alpha * np.einsum("ijab,kjcb->ikac", a.astype(wide), np.conj(b).astype(wide))
+    if c is not None:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
+
+
 def test_an_elementwise_step_keeps_its_larger_operands_fastest_label_innermost() -> None:
     shapes = [(8, 64), (8, 50, 64, 96), (64, 3, 8, 96)]
     expr = pytapp.einsum_expression("gb,gabe,bcge->cea", *shapes, optimize=[(0, 1), (0, 1)])
