@@ -41,6 +41,14 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
 
 
+@pytest.fixture
+def python_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans made from here on run blas's Python plan, whose thin route these tests cover
+    (the compiled executor packs such products whole)."""
+    monkeypatch.setenv("PYTAPP_COMPILED", "0")
+    pytapp.clear_plan_cache()
+
+
 def _blas_threads() -> list[int]:
     return [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
 
@@ -126,13 +134,15 @@ def test_packed_gemm_declines_what_it_does_not_cover(case: str) -> None:
     "ijcb,ac->ijab",
     "ajcb,ic->abij",
 ])
+@pytest.mark.usefixtures("python_plans")
 def test_thin_products_through_blas(dtype: type, equation: str,
                                     caplog: pytest.LogCaptureFixture) -> None:
-    ext = dict(a=48, b=40, c=16, j=24, i=12)  # 2^24 flops or more: the Python plan's GEMM
+    ext = dict(a=48, b=40, c=16, j=24, i=12)
     _through_blas(equation, ext, dtype, caplog, "thin GEMM")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.usefixtures("python_plans")
 def test_thin_product_with_alpha_beta_and_c(dtype: type,
                                             caplog: pytest.LogCaptureFixture) -> None:
     rng = np.random.default_rng(3)

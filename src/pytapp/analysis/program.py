@@ -87,9 +87,22 @@ GEMM_MIN_MADDS = 512
 #: Batched GEMMs run in one process-wide BLAS call loop only below this many flops in total;
 #: larger batches are split across threads by the blas backend's own plan.
 GEMM_BATCH_MAX_FLOPS = 1 << 24
-#: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops;
-#: larger ones run on the backend's plan (threaded copies, blocked TTGT, reduce kernels).
-TTGT_MAX_FLOPS = 1 << 24
+#: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops
+#: and TTGT_MAX_BYTES of packs and temporary; larger ones run on the backend's plan (threaded
+#: copies, blocked TTGT and stores that keep memory low, reduce kernels), and so do batches of
+#: more than GEMM_BATCH_MAX_FLOPS that pack nothing (their GEMMs split across threads). With its
+#: packs and store split over the pool, the executor beat that plan on every other product
+#: measured from 16M to 900M flops (1.05-1.8x: ``ijab,kjcb->ikac`` at o=16, v=48 13.9 ->
+#: 13.2 ms, ``abcd,dbe->ace`` 32x32x16x24 0.95 -> 0.52 ms) and tied at 7 GFlop.
+TTGT_MAX_FLOPS = 1 << 30
+TTGT_MAX_BYTES = 1 << 26
+#: GEMMs on views give way to TTGT by the cost model only up to this many flops; above, where
+#: GEMMs on views exist, or where a temporary of more than TTGT_STORE_MAX_BYTES is stored into
+#: D (not written by the GEMMs), the backend's plan decides (its thin and blocked routes pack
+#: in blocks: ``abcj,ic->ijab`` at 48x40x16x24 with i = 96 took 4.7 ms there, 21.7 ms with a
+#: 35 MB temporary here).
+VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
+TTGT_STORE_MAX_BYTES = 1 << 24
 #: Fewest rows, columns and inner extent of TTGT's GEMMs: GEMV-like (one row or column) and
 #: outer products (nothing summed) stay with the backend's kernels, which read in place; a
 #: narrow GEMM (5 columns, say) is still faster packed here than by the backend in Python.
@@ -151,6 +164,9 @@ class GemmStep:
 @dataclass(frozen=True)
 class PackStep:
     """TTGT's packing: A as ``[H][M][K]``, B as ``[H][K][N]``, the GEMMs' result T as ``[H][M][N]``.
+
+    T is ``[H][N][M]`` where the GEMMs compute ``T^T = B^T A^T`` (D's fastest label is A's);
+    either operand may be packed transposed.
 
     Isolated labels are summed while packing; each nest is (output count, extents, source byte
     strides).
@@ -344,30 +360,56 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     larger = spec.a if spec.a.size >= spec.b.size else spec.b
     h, fa, fb, p = by(larger, cls.H), by(spec.a, cls.FA), by(spec.b, cls.FB), by(larger, cls.P)
     hh, m, n, k = (prod(ext(x) for x in g) for g in (h, fa, fb, p))
+    # T's rows are A's free labels, its columns B's; where D's fastest label is one of A's, the
+    # GEMMs compute T^T = B^T A^T instead: T then runs along D and the store streams (or the
+    # GEMMs write D itself): abc,bd->dca (F32) 34 -> 16 ms.
+    d_st = dict(zip(spec.d.modes.labels, spec.d.modes.strides, strict=True))
+    moving = [x for x in spec.d.modes.labels if ext(x) > 1]
+    swap = bool(moving) and min(moving, key=lambda x: abs(d_st[x])) in cls.FA
+    left, lfree, liso, right, rfree, riso = (
+        (spec.b, fb, cls.IB, spec.a, fa, cls.IA) if swap else
+        (spec.a, fa, cls.IA, spec.b, fb, cls.IB))
+    rows, cols = (n, m) if swap else (m, n)
     # Each operand is packed in the orientation that reads it along its memory (the GEMM takes
     # the packed matrix transposed when that is the other one): a pack whose inner loop strides
     # through memory costs several times one that streams it.
-    a_t = inner_in(spec.a, fa) and not inner_in(spec.a, p)
-    b_t = inner_in(spec.b, p) and not inner_in(spec.b, fb)
-    nest_a, pack_a = _nest(spec.a, [*h, *p, *fa] if a_t else [*h, *fa, *p], cls.IA, spec, item)
-    nest_b, pack_b = _nest(spec.b, [*h, *fb, *p] if b_t else [*h, *p, *fb], cls.IB, spec, item)
-    t_order = [*h, *fa, *fb]
+    l_t = inner_in(left, lfree) and not inner_in(left, p)
+    r_t = inner_in(right, p) and not inner_in(right, rfree)
+    nest_l, pack_l = _nest(left, [*h, *p, *lfree] if l_t else [*h, *lfree, *p], liso, spec, item)
+    nest_r, pack_r = _nest(right, [*h, *rfree, *p] if r_t else [*h, *p, *rfree], riso, spec,
+                           item)
+    (nest_a, pack_a), (nest_b, pack_b) = (
+        ((nest_r, pack_r), (nest_l, pack_l)) if swap else ((nest_l, pack_l), (nest_r, pack_r)))
+    t_order = [*h, *lfree, *rfree]
     t_contig = dict(zip(t_order, _contiguous([ext(x) for x in t_order], item), strict=True))
     gemm = GemmStep(
         batch_extents=(hh,) if hh > 1 else (), batch_a=(m * k * item,) if hh > 1 else (),
         batch_b=(k * n * item,) if hh > 1 else (), batch_d=(m * n * item,) if hh > 1 else (),
-        swap=False, trans_left=TRANS if a_t else NO_TRANS,
-        trans_right=TRANS if b_t else NO_TRANS, m=m, n=n, k=k,
-        ld_left=max(m if a_t else k, 1), ld_right=max(k if b_t else n, 1), ld_d=max(n, 1))
+        swap=swap, trans_left=TRANS if l_t else NO_TRANS,
+        trans_right=TRANS if r_t else NO_TRANS, m=rows, n=cols, k=k,
+        ld_left=max(rows if l_t else k, 1), ld_right=max(k if r_t else cols, 1),
+        ld_d=max(cols, 1))
     t_strides = tuple(t_contig.get(x, 0) for x in out)
-    d_strides = dict(zip(spec.d.modes.labels, spec.d.modes.strides, strict=True))
     pack = PackStep(nest_a=nest_a, nest_b=nest_b, t_strides=t_strides,
                     bytes_a=hh * m * k * item if pack_a else 0,
                     bytes_b=hh * k * n * item if pack_b else 0, bytes_t=hh * m * n * item,
                     d_direct=not spec.d.conjugates and all(
-                        d_strides[x] * item == t for x, t in zip(out, t_strides, strict=True)
+                        d_st[x] * item == t for x, t in zip(out, t_strides, strict=True)
                         if ext(x) > 1))
     return gemm, pack
+
+
+def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> bool:
+    """Whether the cost model prices some GEMMs on views below TTGT ``step`` and ``pack``.
+
+    Above GEMM_BATCH_MAX_FLOPS such GEMMs are the backend's plan's (split across threads).
+    """
+    model, cplx = MachineModel(), spec.rule.is_complex
+    views = [view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx)
+             for g in view_gemms(spec) if not g.reduced]
+    ttgt = ttgt_seconds(step.m, step.n, step.k, prod(step.batch_extents),
+                        pack.bytes_a + pack.bytes_b, pack.bytes_t, model, cplx)
+    return bool(views) and min(views) < ttgt
 
 
 def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: int) -> bool:
@@ -376,7 +418,7 @@ def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item
     Many small GEMMs on views lose to one packed GEMM: ``bca,dc->abd`` (64x8x3, 32x8, C128)
     is 64 GEMMs of 3x32x8 on views, where TTGT packs A into one of 192x32x8.
     """
-    if g.calls == 1 or spec.flops > TTGT_MAX_FLOPS or not _gemm_sized(spec):
+    if g.calls == 1 or spec.flops > VIEWS_TO_TTGT_MAX_FLOPS or not _gemm_sized(spec):
         return False
     step, pack = _ttgt(spec, out, item)
     model, cplx = MachineModel(), spec.rule.is_complex
@@ -640,13 +682,21 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     elif gemm and spec.flops <= TTGT_MAX_FLOPS and _gemm_sized(spec):
         kind = Step.TTGT
         gemm_step, pack = _ttgt(spec, out, item)
+        if pack.bytes_a + pack.bytes_b + pack.bytes_t > TTGT_MAX_BYTES or (
+                gemm_step.batch_extents and spec.flops > GEMM_BATCH_MAX_FLOPS
+                and not pack.bytes_a + pack.bytes_b) or (
+                spec.flops > VIEWS_TO_TTGT_MAX_FLOPS and (
+                    _views_below_ttgt(spec, gemm_step, pack)
+                    or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
+            return None
         packed = [r for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
         into = ("gemm into D (without C), else into a temporary stored into D with the "
                 "epilogue" if pack.d_direct else
                 "gemm into a temporary, stored into D with the epilogue")
         description = (f"compiled: ttgt [h={prod(gemm_step.batch_extents)}, m={gemm_step.m}, "
-                       f"n={gemm_step.n}, k={gemm_step.k}] (packs {', '.join(packed) or 'none'}"
-                       f"; {into})")
+                       f"n={gemm_step.n}, k={gemm_step.k}]"
+                       f"{' (D^T = B^T A^T)' if gemm_step.swap else ''} (packs "
+                       f"{', '.join(packed) or 'none'}; {into})")
     else:
         return None
     if kind is Step.LOOP:

@@ -43,7 +43,7 @@ from pytapp.analysis.cost import (
     ttgt_seconds,
     view_gemm_seconds,
 )
-from pytapp.analysis.program import TTGT_MAX_FLOPS, lower
+from pytapp.analysis.program import lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile
 from pytapp.backends.base import (
@@ -106,7 +106,7 @@ _LOW = frozenset({Datatype.F16, Datatype.BF16})
 #: Products of at most this many flops that the compiled executor runs are not priced: the
 #: executor's call costs a microsecond where another library's dispatch costs tens, and what
 #: a faster kernel could save is less than what planning the candidates costs (a millisecond).
-COMPILED_MAX_FLOPS = TTGT_MAX_FLOPS
+COMPILED_MAX_FLOPS = 1 << 24
 
 
 _overheads: dict[str, float] = {}
