@@ -69,10 +69,10 @@ ROW_SUM_MIN = 8
 #: Summed elements per block of a row-by-row sum; the block sums are then added up.
 ROW_SUM_BLOCK = 256
 #: Bytes of operand rows a row-by-row sum streams per second, to price it against GEMMs on
-#: the cost model's constants (:func:`_rows_cheaper`): 12-23 GB/s measured in F32 and F64
-#: (rows of 24 to 96), the complex kernels about ROW_SUM_COMPLEX times slower.
-ROW_SUM_BYTES = 1.2e10
-ROW_SUM_COMPLEX = 2.0
+#: the cost model's constants (:func:`_rows_cheaper`): 23 GB/s measured in F32 and F64 on rows
+#: of 96 (16 on rows of 24), the complex kernels ROW_SUM_COMPLEX times slower (12.5 GB/s).
+ROW_SUM_BYTES = 2e10
+ROW_SUM_COMPLEX = 1.6
 #: ... and only against GEMMs whose thinner side (m or n) has at most this many elements:
 #: with 6 or more, GEMMs of k = 64 ran as fast as the rows or faster (the model prices such
 #: small GEMMs high).
@@ -495,25 +495,26 @@ def _row_sums(nout: int, extents: list[int], strides: list[list[int]], item: int
 
 def _rows_cheaper(spec: ContractionSpec, chosen: tuple[ViewGemm, GemmStep] | None,
                   out: Sequence[Label], item: int, madds: int) -> bool:
-    """Whether the cost model prices a row-by-row loop nest below the GEMMs it would replace.
+    """Whether a row-by-row loop nest streams both operands faster than the GEMMs it replaces.
 
-    ``chosen``: the GEMMs on views, else TTGT's. Batched GEMMs with a side of a few elements run
-    far below peak where the rows stream: ``gabe,bcge->gaec`` (8x50x64x96, 64x3x8x96, F32) is
-    768 GEMMs of 50x3x64 after packing A (6.4 ms) or 7.4M multiply-adds summed in rows of 96
-    (1.7 ms); with 12 or more columns the GEMMs win (``xbe,bce->xec``: 1.1 against 2.2 ms).
+    ``chosen``: the GEMMs on views, else TTGT's. Only GEMMs with a side of 2 to
+    ROW_GEMM_THIN elements are weighed, priced at the model's peak rate plus their copies
+    (small GEMMs cost the executor far less than the model's call and efficiency terms say):
+    what the rows save is TTGT's packing of a large operand. ``gabe,bcge->gaec`` (8x50x64x96,
+    64x3x8x96, F32) packs A (9.8 MB) for 768 GEMMs of 50x3x64 (6.4 ms) where the rows of 96
+    stream it (1.4 ms); ``cgaf,abcg->cgfb`` (F64) packs only B (0.4 MB) for 576 GEMMs of
+    32x3x32: TTGT 0.28 ms, rows 0.43 ms.
     """
     model, cplx = MachineModel(), spec.rule.is_complex
     if chosen is not None:
         g = chosen[0]
-        thin = min(g.m, g.n)
-        other = view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx)
+        thin, copied = min(g.m, g.n), 0
     elif _gemm_sized(spec):
         step, pack = _ttgt(spec, out, item)
-        thin = min(step.m, step.n)
-        other = ttgt_seconds(step.m, step.n, step.k, prod(step.batch_extents),
-                             pack.bytes_a + pack.bytes_b, pack.bytes_t, model, cplx)
+        thin, copied = min(step.m, step.n), pack.bytes_a + pack.bytes_b + pack.bytes_t
     else:
         return False
+    other = 2 * copied / model.bandwidth + spec.flops / model.gemm_flops
     rows = madds * item * (ROW_SUM_COMPLEX if cplx else 1.0) / ROW_SUM_BYTES
     return 2 <= thin <= ROW_GEMM_THIN and rows < other  # (GEMVs stream at the copy rate)
 
