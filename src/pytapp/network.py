@@ -346,7 +346,7 @@ class Network:
         self.flip_final = bool(flip_final) and free_layout
         self.layout_dtype = layout_dtype
         self.steps = self._steps()
-        if flip_final is None and self._machine_flips():
+        if flip_final is None and (self._machine_flips() or self._transposes_flip()):
             self.flip_final = True
             self.steps = self._steps()
         last = self.steps[-1].out_labels if self.steps else equation.output
@@ -437,6 +437,29 @@ class Network:
             return False
         wide = _wide_is_faster(*self.final_extents(), self.layout_dtype)
         return wide is not None and wide != self.writes_wide()
+
+    def _transposes_flip(self) -> bool:
+        """Whether a free layout's last GEMM reads fewer operands transposed writing B's first.
+
+        Where this machine has no measured preference for the orientation (a result that is
+        not thin, or no clear ratio), the order whose GEMM reads its operands as they lie is
+        taken (:func:`gemm_transposes`): ``bad,cba->cd`` (12x4x200, 256x12x4, F32) written as
+        ``dc`` reads both transposed (62-67 us), as ``cd`` neither (26 us).
+        """
+        if not self.free_layout or not self.steps or self.steps[-1].b is None:
+            return False
+        last = self.steps[-1]
+        if set(last.a_labels) | set(last.b_labels) == set(self.equation.output):
+            return False  # nothing summed: the elementwise kernel's layout
+        own_a, own_b = self._final_split()
+        if not own_a or not own_b:
+            return False
+        if (self.layout_dtype is not None and not self.final_batched()
+                and _wide_is_faster(*self.final_extents(), self.layout_dtype) is not None):
+            return False  # the orientation this machine measured decides
+        other = self._natural(last.b_labels, last.a_labels, set(last.out_labels))
+        return gemm_transposes(last.a_labels, last.b_labels, other) < gemm_transposes(
+            last.a_labels, last.b_labels, last.out_labels)
 
     def flipped(self) -> Network | None:
         """Return this network with its last GEMM computing the transposed result, or ``None``.

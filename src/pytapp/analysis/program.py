@@ -472,12 +472,12 @@ def _row_sums(nout: int, extents: list[int], strides: list[list[int]], item: int
     adds the rows in blocks of :data:`ROW_SUM_BLOCK` summed elements, block sums added up:
     long sums keep their accuracy. ``item``: bytes per element.
 
-    Examples
-    --------
     ``short``: rows of 2 or more, and an operand constant along them may sum along its memory
     (the caller's fallback where no GEMM or GEMV maps the product: short rows beat the
     multiply-reduce pass).
 
+    Examples
+    --------
     >>> _row_sums(1, [4096, 6], [[8, 32768], [8, 32768], [0, 0], [8, 0]], 8)
     True
     """
