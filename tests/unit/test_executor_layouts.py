@@ -292,6 +292,23 @@ def test_ttgt_packs_and_store_shared_out_over_threads(dtype: type, with_c: bool)
     np.testing.assert_array_equal(d.astype(wide), want)
 
 
+@pytest.mark.parametrize(("equation", "shapes", "written"), [
+    # A's labels first would read both operands transposed (d runs fastest in A, ba in B)
+    ("bad,cba->cd", [(12, 4, 200), (256, 12, 4)], "cd"),
+    ("bad,cba->dc", [(12, 4, 200), (256, 12, 4)], "cd"),
+    # A's labels first reads both as they lie: kept
+    ("dab,abc->cd", [(200, 12, 4), (12, 4, 256)], "dc"),
+])
+def test_a_free_result_takes_the_orientation_whose_gemm_reads_operands_as_they_lie(
+        equation: str, shapes: list[tuple[int, ...]], written: str) -> None:
+    expr = pytapp.einsum_expression(equation, *shapes)
+    assert expr.network.steps[-1].out_labels == written
+    ops = [_ints(s, np.float32, k + 51) for k, s in enumerate(shapes)]
+    got = expr(*ops)
+    want = np.einsum(equation, *(x.astype(np.float64) for x in ops))
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
 def test_an_elementwise_step_keeps_its_larger_operands_fastest_label_innermost() -> None:
     shapes = [(8, 64), (8, 50, 64, 96), (64, 3, 8, 96)]
     expr = pytapp.einsum_expression("gb,gabe,bcge->cea", *shapes, optimize=[(0, 1), (0, 1)])
