@@ -1968,6 +1968,17 @@ static int blas_single_enter(void) {
     return outside;
 }
 
+/* Workers that share out the `first` indices of a first label over the BLAS's pool: its thread
+ * count where `big` work has a pool to run on (never from inside one of its tasks), at most one
+ * per index; 1 otherwise. */
+static int pool_workers(npy_intp first, int big) {
+    int workers = 1;
+    if (big && g_pool_run && g_get_threads && !g_in_pool && first > 1) workers = g_get_threads();
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    if (workers > first) workers = (int)first;
+    return workers < 1 ? 1 : workers;
+}
+
 /* Loop nests of at least this many iterations are shared out over the BLAS's pool along their
  * first label, one of D's (every element of D is then written by one worker, in the same order
  * of its summed labels as on one thread: the results do not depend on the split). An 786k-element
@@ -1990,12 +2001,7 @@ static void run_loop_split(const Program *p, cval al, cval be, const char *A, co
                            const char *C, char *D) {
     npy_intp iters = 1;
     for (int l = 0; l < p->nl; ++l) iters *= p->ext[l];
-    int workers = 1;
-    if (g_pool_run && g_get_threads && !g_in_pool && p->nout > 0 && p->ext[0] > 1 &&
-        iters >= LOOP_SPLIT_MIN)
-        workers = g_get_threads();
-    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
-    if (workers > p->ext[0]) workers = (int)p->ext[0];
+    const int workers = pool_workers(p->nout > 0 ? p->ext[0] : 1, iters >= LOOP_SPLIT_MIN);
     LoopJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(LoopJob)) : NULL;
     if (!jobs) {
         run_loop(p, al, be, A, B, C, D);
@@ -2036,12 +2042,7 @@ static void pack_task(void *arg) {
 
 static void run_pack_split(const Program *p, const Nest *n, const char *src, char *dst,
                            int conj, npy_intp bytes) {
-    int workers = 1;
-    if (g_pool_run && g_get_threads && !g_in_pool && n->nout > 0 && n->ext[0] > 1 &&
-        bytes >= PACK_SPLIT_MIN)
-        workers = g_get_threads();
-    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
-    if (workers > n->ext[0]) workers = (int)n->ext[0];
+    const int workers = pool_workers(n->nout > 0 ? n->ext[0] : 1, bytes >= PACK_SPLIT_MIN);
     PackJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(PackJob)) : NULL;
     if (!jobs) {
         run_pack(p, n, src, dst, conj);
@@ -2078,12 +2079,8 @@ static void store_task(void *arg) {
 /* TTGT's store of T into D, shared out like the packs from PACK_SPLIT_MIN bytes of T. */
 static void run_store_split(const Program *p, cval al, cval be, const char *T, const char *C,
                             char *D) {
-    int workers = 1;
-    if (g_pool_run && g_get_threads && !g_in_pool && p->nout > 0 && p->ext[0] > 1 &&
-        p->bytes_t >= PACK_SPLIT_MIN)
-        workers = g_get_threads();
-    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
-    if (workers > p->ext[0]) workers = (int)p->ext[0];
+    const int workers = pool_workers(p->nout > 0 ? p->ext[0] : 1,
+                                     p->bytes_t >= PACK_SPLIT_MIN);
     StoreJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(StoreJob)) : NULL;
     if (!jobs) {
         run_store(p, al, be, T, C, D);

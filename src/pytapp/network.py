@@ -424,19 +424,26 @@ class Network:
         (:func:`machine_layout`), at any size: ``kjab,ki->ijab`` at o=12, v=48 in F64 as A's
         labels first (27,648 x 12) took 0.42 ms, as B's (12 x 27,648) 0.26 ms.
         """
-        if (self.layout_dtype is None or not self.free_layout or not self.steps
-                or self.steps[-1].b is None):
-            return False
-        last = self.steps[-1]
-        if set(last.a_labels) | set(last.b_labels) == set(self.equation.output):
-            return False  # nothing summed: the elementwise kernel's layout
-        own_a, own_b = self._final_split()
-        if not own_a or not own_b:
+        if self.layout_dtype is None or not self._final_gemm_orients():
             return False
         if self.final_batched():  # the probe measured a plain GEMM (batched ones differ)
             return False
         wide = _wide_is_faster(*self.final_extents(), self.layout_dtype)
         return wide is not None and wide != self.writes_wide()
+
+    def _final_gemm_orients(self) -> bool:
+        """Whether the result layout is free and the last step a GEMM with two orientations.
+
+        It sums (an elementwise step has its kernel's layout), and each operand keeps a label
+        of its own, so that A's labels or B's can come first.
+        """
+        if not self.free_layout or not self.steps or self.steps[-1].b is None:
+            return False
+        last = self.steps[-1]
+        if set(last.a_labels) | set(last.b_labels) == set(self.equation.output):
+            return False
+        own_a, own_b = self._final_split()
+        return bool(own_a and own_b)
 
     def _transposes_flip(self) -> bool:
         """Whether a free layout's last GEMM reads fewer operands transposed writing B's first.
@@ -446,14 +453,9 @@ class Network:
         taken (:func:`gemm_transposes`): ``bad,cba->cd`` (12x4x200, 256x12x4, F32) written as
         ``dc`` reads both transposed (62-67 us), as ``cd`` neither (26 us).
         """
-        if not self.free_layout or not self.steps or self.steps[-1].b is None:
+        if not self._final_gemm_orients():
             return False
         last = self.steps[-1]
-        if set(last.a_labels) | set(last.b_labels) == set(self.equation.output):
-            return False  # nothing summed: the elementwise kernel's layout
-        own_a, own_b = self._final_split()
-        if not own_a or not own_b:
-            return False
         if (self.layout_dtype is not None and not self.final_batched()
                 and _wide_is_faster(*self.final_extents(), self.layout_dtype) is not None):
             return False  # the orientation this machine measured decides

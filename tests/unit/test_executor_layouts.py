@@ -217,6 +217,28 @@ def test_ttgt_packs_operands_whose_fastest_label_moves_outermost(dtype: type, co
     np.testing.assert_array_equal(d.astype(wide), want)
 
 
+def _run_checked(equation: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
+                 d: np.ndarray, route: str, conj_b: bool = False) -> None:
+    """Plan ``equation`` on blas with C (or none), check its route names ``route``, run it
+    with a (complex) alpha and beta, and compare D with numpy.einsum in float64/complex128."""
+    (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
+    cplx = np.dtype(d.dtype).kind == "c"
+    alpha, beta = (2 - 1j, 1 + 2j) if cplx else (2.0, -3.0)
+    op_b = ElementOp.CONJUGATE if conj_b and cplx else ElementOp.IDENTITY
+    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
+    plan = TensorProduct(Handle("blas"), infos[0], la, infos[1], lb,
+                         None if c is None else TensorInfo.from_array(c),
+                         None if c is None else ld, infos[2], ld, op_b=op_b)
+    assert route in plan.algorithm, plan.algorithm
+    plan.execute(alpha, a, b, 0 if c is None else beta, c, d)
+    wide = np.complex128 if cplx else np.float64
+    y = np.conj(b) if op_b is ElementOp.CONJUGATE else b
+    want = alpha * np.einsum(equation, a.astype(wide), y.astype(wide))
+    if c is not None:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
+
+
 @compiled_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("with_c", [False, True])
@@ -226,19 +248,7 @@ def test_gemv_like_sums_rows_along_a_label_strided_in_d(dtype: type, with_c: boo
     a, b = _ints((16, 3, 64, 16), dtype, 21), _ints((64, 16), dtype, 22)
     d = np.full((16, 3), np.nan, dtype=dtype)
     c = _ints((3, 16), dtype, 23).T if with_c else None  # C in its own (transposed) layout
-    cplx = np.dtype(dtype).kind == "c"
-    alpha, beta = (2 - 1j, 1 + 2j) if cplx else (2.0, -3.0)
-    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
-    plan = TensorProduct(Handle("blas"), infos[0], "dacb", infos[1], "cd",
-                         None if c is None else TensorInfo.from_array(c),
-                         None if c is None else "ba", infos[2], "ba")
-    assert "summed row by row" in plan.algorithm, plan.algorithm
-    plan.execute(alpha, a, b, beta if with_c else 0, c, d)
-    wide = np.complex128 if cplx else np.float64
-    want = alpha * np.einsum("dacb,cd->ba", a.astype(wide), b.astype(wide))
-    if c is not None:
-        want += beta * c.astype(wide)
-    np.testing.assert_array_equal(d.astype(wide), want)
+    _run_checked("dacb,cd->ba", a, b, c, d, "summed row by row")
 
 
 @compiled_only
@@ -251,19 +261,7 @@ def test_short_rows_where_no_gemm_or_gemv_maps_the_product(dtype: type, d_extent
     a, b = _ints((12, 16, 128, d_extent), dtype, 31), _ints((12, 128), dtype, 32)
     d = np.full((16, d_extent), np.nan, dtype=dtype)
     c = _ints((d_extent, 16), dtype, 33).T if with_c else None
-    cplx = np.dtype(dtype).kind == "c"
-    alpha, beta = (1 - 2j, 3 + 1j) if cplx else (-2.0, 3.0)
-    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
-    plan = TensorProduct(Handle("blas"), infos[0], "bacd", infos[1], "bc",
-                         None if c is None else TensorInfo.from_array(c),
-                         None if c is None else "ad", infos[2], "ad")
-    assert "summed row by row" in plan.algorithm, plan.algorithm
-    plan.execute(alpha, a, b, beta if with_c else 0, c, d)
-    wide = np.complex128 if cplx else np.float64
-    want = alpha * np.einsum("bacd,bc->ad", a.astype(wide), b.astype(wide))
-    if c is not None:
-        want += beta * c.astype(wide)
-    np.testing.assert_array_equal(d.astype(wide), want)
+    _run_checked("bacd,bc->ad", a, b, c, d, "summed row by row")
 
 
 @compiled_only
@@ -276,20 +274,7 @@ def test_ttgt_packs_and_store_shared_out_over_threads(dtype: type, with_c: bool)
     a, b = _ints((16, 4, va, 16), dtype, 41), _ints((8, 4, 8, 16), dtype, 42)
     d = np.full((16, 8, va, 8), np.nan, dtype=dtype)
     c = _ints((16, va, 8, 8), dtype, 43).transpose(0, 2, 1, 3) if with_c else None
-    cplx = np.dtype(dtype).kind == "c"
-    alpha, beta = (2 + 1j, -1 + 1j) if cplx else (3.0, -2.0)
-    infos = [TensorInfo.from_array(x) for x in (a, b, d)]
-    plan = TensorProduct(Handle("blas"), infos[0], "ijab", infos[1], "kjcb",
-                         None if c is None else TensorInfo.from_array(c),
-                         None if c is None else "ikac", infos[2], "ikac",
-                         op_b=ElementOp.CONJUGATE if cplx else ElementOp.IDENTITY)
-    assert "compiled: ttgt" in plan.algorithm and "packs A, B" in plan.algorithm
-    plan.execute(alpha, a, b, beta if with_c else 0, c, d)
-    wide = np.complex128 if cplx else np.float64
-    want = alpha * np.einsum("ijab,kjcb->ikac", a.astype(wide), np.conj(b).astype(wide))
-    if c is not None:
-        want += beta * c.astype(wide)
-    np.testing.assert_array_equal(d.astype(wide), want)
+    _run_checked("ijab,kjcb->ikac", a, b, c, d, "packs A, B;", conj_b=True)
 
 
 @pytest.mark.parametrize(("equation", "shapes", "written"), [
