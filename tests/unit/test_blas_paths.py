@@ -305,6 +305,26 @@ def test_gemv_like_products_loop_over_summed_labels(expr: str, loops: int, dtype
     np.testing.assert_array_equal(d, want)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_gemv_like_products_with_a_small_d_loop_over_summed_labels(dtype: type) -> None:
+    """Below KERNEL_MIN_ROWS elements of D the GEMVs on views still run (no copy of A)."""
+    rng = np.random.default_rng(33)
+    sizes = {"a": 12, "e": 1, "d": 50, "g": 256}
+    a, b = _ints(rng, "aedg", sizes, dtype), _ints(rng, "ag", sizes, dtype)
+    c = _ints(rng, "ed", sizes, dtype)
+    assert c.size < blas.KERNEL_MIN_ROWS
+    info = pytapp.TensorInfo.from_array
+    d = np.full(c.shape, np.nan, dtype=dtype)
+    with pytapp.Handle("blas") as h:
+        plan = pytapp.TensorProduct(h, info(a), "aedg", info(b), "ag", info(c), "ed", info(d),
+                                    "ed")
+        status = plan.execute(2.0, a, b, -3.0, c, d)
+    assert "summed after over a" in status.algorithm, status.algorithm
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    want = 2 * np.einsum("aedg,ag->ed", a.astype(wide), b.astype(wide)) - 3 * c.astype(wide)
+    np.testing.assert_array_equal(d, want)
+
+
 def test_gemv_like_products_keep_the_kernel_for_tiny_calls() -> None:
     """GEMVs reading fewer than REDUCE_CALL_ELEMENTS elements each stay on the fused pass."""
     rng = np.random.default_rng(32)
