@@ -1988,39 +1988,51 @@ static int pool_workers(npy_intp first, int big) {
 typedef struct {
     Program sub; /* the program with its first label cut to this worker's range */
     cval al, be;
-    const char *A, *B, *C;
+    const char *A, *B, *C; /* A is TTGT's temporary T where the job stores */
     char *D;
+    int store;
 } LoopJob;
 
 static void loop_task(void *arg) {
     LoopJob *j = (LoopJob *)arg;
-    if (j->sub.ext[0] > 0) run_loop(&j->sub, j->al, j->be, j->A, j->B, j->C, j->D);
+    if (j->sub.ext[0] < 1) return;
+    if (j->store) run_store(&j->sub, j->al, j->be, j->A, j->C, j->D);
+    else run_loop(&j->sub, j->al, j->be, j->A, j->B, j->C, j->D);
 }
 
-static void run_loop_split(const Program *p, cval al, cval be, const char *A, const char *B,
-                           const char *C, char *D) {
-    npy_intp iters = 1;
-    for (int l = 0; l < p->nl; ++l) iters *= p->ext[l];
-    const int workers = pool_workers(p->nout > 0 ? p->ext[0] : 1, iters >= LOOP_SPLIT_MIN);
+/* A loop nest, or TTGT's store of T into D (`store`, T given as A), run by `workers` along its
+ * first label, one of D's (each worker writes its own elements of D). */
+static void run_split(const Program *p, int workers, int store, cval al, cval be, const char *A,
+                      const char *B, const char *C, char *D) {
     LoopJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(LoopJob)) : NULL;
     if (!jobs) {
-        run_loop(p, al, be, A, B, C, D);
+        if (store) run_store(p, al, be, A, C, D);
+        else run_loop(p, al, be, A, B, C, D);
         return;
     }
-    const npy_intp first = p->ext[0];
+    const npy_intp first = p->ext[0], sa = store ? p->tst[0] : p->st[0][0];
     for (int w = 0; w < workers; ++w) {
         const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
         memcpy(&jobs[w].sub, p, sizeof(Program));
         jobs[w].sub.ext[0] = stop - start;
         jobs[w].al = al;
         jobs[w].be = be;
-        jobs[w].A = A + start * p->st[0][0];
-        jobs[w].B = B + start * p->st[1][0];
+        jobs[w].A = A + start * sa;
+        jobs[w].B = store ? NULL : B + start * p->st[1][0];
         jobs[w].C = C ? C + start * p->st[2][0] : NULL;
         jobs[w].D = D + start * p->st[3][0];
+        jobs[w].store = store;
     }
     g_pool_run(workers, (void *)loop_task, jobs, (int)sizeof(LoopJob));
     free(jobs);
+}
+
+static void run_loop_split(const Program *p, cval al, cval be, const char *A, const char *B,
+                           const char *C, char *D) {
+    npy_intp iters = 1;
+    for (int l = 0; l < p->nl; ++l) iters *= p->ext[l];
+    run_split(p, pool_workers(p->nout > 0 ? p->ext[0] : 1, iters >= LOOP_SPLIT_MIN), 0, al, be,
+              A, B, C, D);
 }
 
 /* Packs of at least this many bytes are shared out over the BLAS's pool along the nest's first
@@ -2064,41 +2076,11 @@ static void run_pack_split(const Program *p, const Nest *n, const char *src, cha
     free(jobs);
 }
 
-typedef struct {
-    Program sub; /* the store's nest with its first label cut to this worker's range */
-    cval al, be;
-    const char *T, *C;
-    char *D;
-} StoreJob;
-
-static void store_task(void *arg) {
-    StoreJob *j = (StoreJob *)arg;
-    if (j->sub.ext[0] > 0) run_store(&j->sub, j->al, j->be, j->T, j->C, j->D);
-}
-
 /* TTGT's store of T into D, shared out like the packs from PACK_SPLIT_MIN bytes of T. */
 static void run_store_split(const Program *p, cval al, cval be, const char *T, const char *C,
                             char *D) {
-    const int workers = pool_workers(p->nout > 0 ? p->ext[0] : 1,
-                                     p->bytes_t >= PACK_SPLIT_MIN);
-    StoreJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(StoreJob)) : NULL;
-    if (!jobs) {
-        run_store(p, al, be, T, C, D);
-        return;
-    }
-    const npy_intp first = p->ext[0];
-    for (int w = 0; w < workers; ++w) {
-        const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
-        memcpy(&jobs[w].sub, p, sizeof(Program));
-        jobs[w].sub.ext[0] = stop - start;
-        jobs[w].al = al;
-        jobs[w].be = be;
-        jobs[w].T = T + start * p->tst[0];
-        jobs[w].C = C ? C + start * p->st[2][0] : NULL;
-        jobs[w].D = D + start * p->st[3][0];
-    }
-    g_pool_run(workers, (void *)store_task, jobs, (int)sizeof(StoreJob));
-    free(jobs);
+    run_split(p, pool_workers(p->nout > 0 ? p->ext[0] : 1, p->bytes_t >= PACK_SPLIT_MIN), 1, al,
+              be, T, NULL, C, D);
 }
 
 static void blas_single_leave(void) {
