@@ -26,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_tilegemm.h"
+
 #define MAXL 32 /* most merged labels a program loops over */
 #define MAX_WORKERS 64 /* most threads one blocked product splits over */
 #define SUMMED_MIN_ROWS 64 /* fewest rows of D a worker of summed_gemm takes */
@@ -882,9 +884,14 @@ static void gemm_call(const Program *p, cval al, cval be, const char *L, const c
     gemm_raw(p->dtype, p->ta, p->tb, p->m, p->n, p->k, al, L, p->lda, R, p->ldb, be, D, p->ldd);
 }
 
+static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, cval al,
+                    const char *L, int64_t lda, const char *R, int64_t ldb, cval be, char *D,
+                    int64_t ldd);
+
 static void gemm_raw(int dtype, int ta, int tb, int64_t m64, int64_t n64, int64_t k64, cval al,
                      const char *L, int64_t lda64, const char *R, int64_t ldb64, cval be,
                      char *D, int64_t ldd64) {
+    if (tile_run(dtype, ta, tb, m64, n64, k64, al, L, lda64, R, ldb64, be, D, ldd64)) return;
     void *f = g_gemm[dtype];
     if (g_ilp64) {
         switch (dtype) {
@@ -2083,6 +2090,71 @@ static void run_store_split(const Program *p, cval al, cval be, const char *T, c
               be, T, NULL, C, D);
 }
 
+/* Whether real GEMMs that tile_fits takes run on the tiles (set_tiles; on by default), and how
+ * many have (tile_count: what tests check). */
+static int g_tiles = 1;
+static unsigned long long g_tile_count = 0;
+/* Tiled GEMMs of at least this many multiply-adds share D's rows out over the BLAS's pool (a
+ * 2^20 one takes about 8 us on one core). */
+#define TILE_SPLIT_MIN (1 << 20)
+
+typedef struct {
+    int item, ta;
+    int64_t m, n, k, lda, ldb, ldd;
+    double al, be;
+    const char *A, *B;
+    char *D;
+} TileJob;
+
+static void tile_task(void *arg) {
+    TileJob *j = (TileJob *)arg;
+    if (j->m > 0)
+        tile_gemm(j->item, j->ta, j->m, j->n, j->k, j->al, j->A, j->lda, j->B, j->ldb, j->be,
+                  j->D, j->ldd);
+}
+
+/* A real GEMM on the register tiles (_tilegemm.c), its rows shared out over the BLAS's pool
+ * when large: 1 when done, 0 when the BLAS must run it. */
+static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, cval al,
+                    const char *L, int64_t lda, const char *R, int64_t ldb, cval be, char *D,
+                    int64_t ldd) {
+    if (!g_tiles || (dtype != DT_F32 && dtype != DT_F64)) return 0;
+    const int item = dtype == DT_F32 ? 4 : 8;
+    if (!tile_fits(item, tb, m, n, k)) return 0;
+    if (tb != NO_TRANS) {
+        R = tile_rows(item, R, ldb, n, k);
+        if (!R) return 0;
+        ldb = n;
+    }
+    /* workers share D's rows where there are enough, else its columns (whole vectors) */
+    const int64_t lanes = 64 / item, panels = (n + lanes - 1) / lanes;
+    const int big = m * n * k >= TILE_SPLIT_MIN, by_rows = m / tile_rows_min() >= 2;
+    const int workers = pool_workers(by_rows ? m / tile_rows_min() : panels, big);
+    TileJob jobs[MAX_WORKERS];
+    for (int w = 0; w < workers; ++w) {
+        TileJob *j = &jobs[w];
+        j->item = item, j->ta = ta, j->m = m, j->n = n, j->k = k;
+        j->lda = lda, j->ldb = ldb, j->ldd = ldd, j->al = al.re, j->be = be.re;
+        j->A = L, j->B = R, j->D = D;
+        if (by_rows) {
+            const int64_t start = m * w / workers, stop = m * (w + 1) / workers;
+            j->m = stop - start;
+            j->A += start * (ta == NO_TRANS ? lda : 1) * item;
+            j->D += start * ldd * item;
+        } else if (workers > 1) {
+            const int64_t start = panels * w / workers * lanes;
+            const int64_t stop = w == workers - 1 ? n : panels * (w + 1) / workers * lanes;
+            j->n = stop - start;
+            j->B += start * item;
+            j->D += start * item;
+        }
+    }
+    if (workers > 1) g_pool_run(workers, (void *)tile_task, jobs, (int)sizeof(TileJob));
+    else tile_task(jobs);
+    __atomic_fetch_add(&g_tile_count, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 static void blas_single_leave(void) {
     pthread_mutex_lock(&g_single_lock);
     if (--g_single_users == 0 && g_saved_threads != 1) g_set_threads(g_saved_threads);
@@ -2589,6 +2661,17 @@ static PyObject *set_blas_threads(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *set_tiles(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    g_tiles = on;
+    return PyBool_FromLong(on && tile_supported());
+}
+
+static PyObject *tile_count(PyObject *self, PyObject *args) {
+    return PyLong_FromUnsignedLongLong(__atomic_load_n(&g_tile_count, __ATOMIC_RELAXED));
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyObject *set_blas(PyObject *self, PyObject *args) {
@@ -2713,6 +2796,11 @@ static PyMethodDef methods[] = {
     {"pool_map", pool_map, METH_VARARGS,
      "pool_map(fn, count) -> bool: fn(i) for i < count on the BLAS's own threads (this one "
      "too); False when there is no such pool."},
+    {"set_tiles", set_tiles, METH_VARARGS,
+     "set_tiles(on) -> bool: run real GEMMs that fit on the register tiles (on by default); "
+     "whether they now do (never where the CPU lacks AVX-512F)."},
+    {"tile_count", tile_count, METH_NOARGS,
+     "tile_count() -> int: GEMMs run on the register tiles so far (all threads)."},
     {"set_blas_threads", set_blas_threads, METH_VARARGS,
      "set_blas_threads(set, get[, pool]): addresses of the BLAS's thread count setter and "
      "getter, and of OpenBLAS's gotoblas_pthread (0: none)."},

@@ -39,7 +39,7 @@ from pytapp.analysis.spec import ContractionSpec
 
 __all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
            "half_copy", "layout_key", "packed_gemm", "pool_map", "summed_gemm",
-           "summed_gemm_available", "tiled_copy"]
+           "summed_gemm_available", "tile_count", "tiled_copy", "use_tiles"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -285,9 +285,40 @@ def _register_blas() -> bool:
                 vectors = [0] * 4
             if all(addresses):
                 _cexec.set_blas(*addresses, ilp64, *vectors)
+                _cexec.set_tiles(os.environ.get("PYTAPP_TILES", "1").strip() != "0")
                 _register_threads(lib)
                 return True
     return False
+
+
+def use_tiles(on: bool) -> bool:
+    """Run the real GEMMs that fit on the executor's register tiles (on by default).
+
+    The tiles (``_tilegemm.c``, AVX-512F) compute F32/F64 GEMMs with a small extent (B of at
+    most 256 KiB) from the operands where they lie, where the BLAS packs both first; the BLAS
+    runs the rest. ``PYTAPP_TILES=0`` in the environment switches them off at start-up (for
+    comparisons). Returns whether they now run: ``False`` when switched off, on a CPU without
+    AVX-512F, or without the compiled executor.
+
+    Examples
+    --------
+    >>> before = use_tiles(False); use_tiles(True) in (True, False)
+    True
+    """
+    if _cexec is None:
+        return False
+    return bool(_cexec.set_tiles(on))
+
+
+def tile_count() -> int:
+    """Return how many GEMMs the register tiles have run in this process (every thread).
+
+    Examples
+    --------
+    >>> tile_count() >= 0
+    True
+    """
+    return 0 if _cexec is None else int(_cexec.tile_count())
 
 
 def blas_available() -> bool:
