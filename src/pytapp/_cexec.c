@@ -32,6 +32,9 @@
 #define MAX_WORKERS 64 /* most threads one blocked product splits over */
 #define SUMMED_MIN_ROWS 64 /* fewest rows of D a worker of summed_gemm takes */
 #define SUMMED_SPLIT_MIN_FLOPS (1 << 21) /* least work per worker splitting summed GEMMs */
+/* Batches of GEMMs of at least this many flops share their elements (or D's rows) out over the
+ * BLAS's pool, each GEMM on one thread; smaller ones call the GEMMs one after the other. */
+#define BATCH_SPLIT_MIN_FLOPS (1 << 22)
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_C64 = 2, DT_C128 = 3 };
 enum { K_LOOP = 0, K_GEMM = 1, K_TTGT = 2 };
@@ -1295,7 +1298,10 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
             run_scale(p, be, pc, pd);
             gbeta.re = 1.0;
         }
-        run_gemm(p, al, gbeta, pa, pb, pd);
+        if (p->nb && p->flops >= BATCH_SPLIT_MIN_FLOPS)
+            status = run_summed(p, al, gbeta, pa, pb, pd); /* nothing summed: never 1 */
+        else
+            run_gemm(p, al, gbeta, pa, pb, pd);
         if (p->conj[3]) run_conj(p, pd);
     }
     if (release) PyEval_RestoreThread(ts);
@@ -1472,6 +1478,8 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (p->nsum) { /* the epilogue's store reads the sum where D lies */
             summed_template(p);
             for (int l = 0; l < p->nout; ++l) p->tst[l] = p->st[3][l];
+        } else if (kind == K_GEMM && p->nb) { /* a batch: shared out like summed GEMMs' */
+            summed_template(p);
         }
     }
     p->vcall = Program_call;

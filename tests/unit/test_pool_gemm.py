@@ -259,6 +259,7 @@ def test_batched_gemms_shared_out(dtype: type, batch: int, threads: int) -> None
         _wide(out), np.einsum("mk,bkn->bmn", _wide(left[0]), _wide(right)))
 
 
+@pytest.mark.usefixtures("python_plans")  # the executor runs these: its split is tested apart
 @pytest.mark.parametrize("equation", ["bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd"])
 def test_batched_products_split_on_the_pool(equation: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:

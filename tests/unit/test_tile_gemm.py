@@ -105,3 +105,34 @@ def test_gemms_the_tiles_leave_to_the_blas(equation: str, m: int, n: int, k: int
 def test_use_tiles_reports_what_runs() -> None:
     assert program.use_tiles(False) is False
     assert program.use_tiles(True) in (True, False)
+
+
+@pytest.mark.skipif(not (program.available() and program.blas_available()),
+                    reason="the compiled extension pytapp._cexec was not built")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("batch", "rows"), [(8, 150), (3, 300)])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_large_batches_of_gemms_shared_out_by_the_executor(dtype: type, batch: int, rows: int,
+                                                           with_c: bool) -> None:
+    # 2^22 flops or more: 8 GEMMs shared out whole, 3 by rows of D (tiles or BLAS, on one
+    # thread each); D's rows padded, C a transposed view
+    rng = np.random.default_rng(batch)
+    a = rng.integers(-4, 5, (batch, rows, 64)).astype(dtype)
+    b = rng.integers(-4, 5, (batch, 64, 48)).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        b = b + 1j * rng.integers(-4, 5, b.shape).astype(dtype)
+    c = rng.integers(-4, 5, (batch, 48, rows)).astype(dtype).transpose(0, 2, 1) if with_c else None
+    d = np.full((batch, rows, 50), np.nan, dtype=dtype)[:, :, :48]
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), "bik",
+                         TensorInfo.from_array(b), "bkj",
+                         None if c is None else TensorInfo.from_array(c),
+                         None if c is None else "bij", TensorInfo.from_array(d), "bij")
+    assert plan.algorithm.startswith(f"compiled: {batch} gemms on strided views"), plan.algorithm
+    alpha, beta = 2.0, -3.0
+    plan.execute(alpha, a, b, 0.0 if c is None else beta, c, d)
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    want = alpha * np.einsum("bik,bkj->bij", a.astype(wide), b.astype(wide))
+    if c is not None:
+        want += beta * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
+    assert np.isnan(d.base[:, :, 48:]).all()
