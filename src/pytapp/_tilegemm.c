@@ -23,13 +23,21 @@
 #define TILES_BUILT 0
 #endif
 
-/* A transposed B of at most this many bytes is copied into rows first (B is read once per
- * block of rows of D: it must stay in the core's cache). Measured on a Xeon (2 MiB L2 per
- * core), F32: 664x283x542 with a 613 KB B ran at 0.66x OpenBLAS's speed, 195x508x183 (372 KB)
- * at 1.0x, every B up to 256 KB at 1.0-1.9x. */
+/* The tiles take a GEMM whose B has at most TILE_B_MAX bytes, or at most TILE_LONG_N columns
+ * (its sum then cut in blocks of TILE_KC, each block of B kept in the core's cache) and, in F32,
+ * at most TILE_LONG_M rows: where m and n are large, the BLAS's packed blocks win. Measured on a
+ * Xeon (2 MiB L2 per core) against OpenBLAS: F32 664x283x542 (a 613 KB B) 0.66x, 512^3 0.9x,
+ * 636x69x1481 0.83x, 303x100x3476 0.87x; every B up to 256 KB 1.0-1.9x; F32 225x106x2891 1.11x,
+ * 110x70x2342 1.27x, 22x69x3589 2.2x; F64 128x128x2048 1.41x, 556x55x4771 1.63x. */
 #define TILE_B_MAX (256 * 1024)
-/* A transposed B is copied into rows only for at least this many rows of D times the item. */
+#define TILE_LONG_N 128
+#define TILE_LONG_M 256
+#define TILE_KC 512
+/* A transposed B is copied into rows only for at least this many rows of D times the item
+ * (the copy costs about what the tiles spend on 32 rows of F32), and of at most TILE_COPY_MAX
+ * bytes (a buffer per thread, kept). */
 #define TILE_COPY_ROWS 512
+#define TILE_COPY_MAX (4 * 1024 * 1024)
 /* Most rows of D per tile by its vectors per row (1-4): at least 8 accumulators keep both FMA
  * units busy through their 4-cycle latency, at most 24 of the 32 vector registers hold them
  * (n of 13, F32, on tiles of 6 rows: 0.71x OpenBLAS's speed). */
@@ -119,28 +127,36 @@ static const dtile_t dtiles[NVMAX + 1][MR_MAX + 1] = TABLE(dtile);
  * of at most NVMAX vectors of its columns (5 vectors as 3 and 2, the masked one last), in blocks
  * of rows whose part of A fills about A_BLOCK_BYTES: within a block, each column panel of B is
  * swept down the block's tiles before the next. A's block stays in the core's first-level
- * cache across the panels, each panel of B across the tiles (F32 512x512x64: 86 GFlop/s
+ * cache across the panels, each panel of B across the tiles; a sum longer than TILE_KC in
+ * blocks of it, the first with beta, the others added to D (F32 512x512x64: 86 GFlop/s
  * against 82 panel after panel down all rows; F64 319x657x18: 35 against 32; one thread of a
  * Xeon where MKL ran them at 90 and 36, OpenBLAS at 76 and 28). */
 #define A_BLOCK_BYTES 16384
 #define DRIVER(NAME, T, W, TABLE, MASK)                                                       \
-    static void NAME(int64_t m, int64_t n, int64_t k, T alpha, const T *A, int64_t sai,       \
-                     int64_t sap, const T *B, int64_t ldb, T beta, T *D, int64_t ldd) {       \
+    static void NAME(int64_t m, int64_t n, int64_t kall, T alpha, const T *A0, int64_t sai,   \
+                     int64_t sap, const T *B0, int64_t ldb, T beta0, T *D, int64_t ldd) {     \
         const int64_t vectors = (n + W - 1) / W, panels = (vectors + NVMAX - 1) / NVMAX;      \
         const int64_t mr_max = MR[(vectors + panels - 1) / panels];                           \
         const int64_t tiles = (m + mr_max - 1) / mr_max;                                      \
-        int64_t block = A_BLOCK_BYTES / (mr_max * k * (int64_t)sizeof(T));                        \
+        const int64_t kc = kall < TILE_KC ? kall : TILE_KC;                                   \
+        int64_t block = A_BLOCK_BYTES / (mr_max * kc * (int64_t)sizeof(T));                   \
         if (block < 1) block = 1;                                                             \
-        for (int64_t t0 = 0; t0 < tiles; t0 += block) {                                       \
-            const int64_t t1 = t0 + block < tiles ? t0 + block : tiles;                       \
-            for (int64_t q = 0; q < panels; ++q) {                                            \
-                const int64_t v0 = vectors * q / panels, nv = vectors * (q + 1) / panels - v0; \
-                const int64_t j = v0 * W, w = n - j < nv * W ? n - j : nv * W;                \
-                const MASK last = (MASK)((w % W) ? ((1u << (w % W)) - 1) : (unsigned)(MASK)-1); \
-                for (int64_t t = t0; t < t1; ++t) {                                           \
-                    const int64_t i = m * t / tiles, mr = m * (t + 1) / tiles - i;            \
-                    TABLE[nv][mr](k, last, alpha, A + i * sai, sai, sap, B + j, ldb, beta,    \
-                                  D + i * ldd + j, ldd);                                      \
+        for (int64_t k0 = 0; k0 < kall; k0 += kc) { /* D sums the blocks of the sum */       \
+            const int64_t k = kall - k0 < kc ? kall - k0 : kc;                                \
+            const T beta = k0 ? (T)1 : beta0, *A = A0 + k0 * sap, *B = B0 + k0 * ldb;         \
+            for (int64_t t0 = 0; t0 < tiles; t0 += block) {                                   \
+                const int64_t t1 = t0 + block < tiles ? t0 + block : tiles;                   \
+                for (int64_t q = 0; q < panels; ++q) {                                        \
+                    const int64_t v0 = vectors * q / panels;                                  \
+                    const int64_t nv = vectors * (q + 1) / panels - v0;                       \
+                    const int64_t j = v0 * W, w = n - j < nv * W ? n - j : nv * W;            \
+                    const MASK last = (MASK)((w % W) ? ((1u << (w % W)) - 1)                  \
+                                                     : (unsigned)(MASK)-1);                   \
+                    for (int64_t t = t0; t < t1; ++t) {                                       \
+                        const int64_t i = m * t / tiles, mr = m * (t + 1) / tiles - i;        \
+                        TABLE[nv][mr](k, last, alpha, A + i * sai, sai, sap, B + j, ldb,      \
+                                      beta, D + i * ldd + j, ldd);                            \
+                    }                                                                         \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
@@ -150,11 +166,12 @@ DRIVER(tiles_f64, double, 8, dtiles, __mmask8)
 
 int tile_fits(int item, int tb, int64_t m, int64_t n, int64_t k) {
     if ((item != 4 && item != 8) || m < 1 || n < 1 || k < 1 || !tile_supported()) return 0;
-    if (k * n * item > TILE_B_MAX) return 0;
+    const int64_t bytes = k * n * item;
+    if (bytes > TILE_B_MAX && (n > TILE_LONG_N || (item == 4 && m > TILE_LONG_M))) return 0;
     /* copying a transposed B costs about a cycle per element, what the tiles spend on m / 32
      * (F32) or m / 16 (F64) of its multiply-adds: 30x277x20 (F64) ran at 0.84x OpenBLAS's speed,
      * 43x83x114 (F32) at 0.68x */
-    if (tb != 111 && m * item < TILE_COPY_ROWS) return 0;
+    if (tb != 111 && (m * item < TILE_COPY_ROWS || bytes > TILE_COPY_MAX)) return 0;
     /* at least 3/4 of the vector lanes do work (n of 5 in F32: 0.53x OpenBLAS's speed), and a
      * single vector is whole (n of 13, F32: 0.83x; OpenBLAS has kernels of its own for such) */
     const int64_t lanes = 64 / item, used = (n + lanes - 1) / lanes * lanes;

@@ -3,8 +3,8 @@
 Every case runs a GEMM on views through the blas backend with alpha (and beta with C), on
 small-integer data (every sum exact in F32 and F64), once on the tiles and once on the BLAS;
 both must equal numpy.einsum in float64. ``tile_count`` tells whether the tiles ran: the shapes
-cover every tile height and panel width, masked columns, sums short (tiles along D's rows) and
-long (column panels down the rows), operands read transposed, a transposed B copied into rows,
+cover every tile height and panel width, masked columns, short sums and long ones
+(cut in blocks), operands read transposed, a transposed B copied into rows,
 padded rows, and the shares over the BLAS's pool by rows and by columns.
 """
 
@@ -84,6 +84,8 @@ def _run(equation: str, m: int, n: int, k: int, dtype: type, with_c: bool,
     ("ik,jk->ij", 200, 48, 30, np.float32, 5),    # B transposed, copied into rows
     ("ki,jk->ij", 64, 96, 100, np.float64, 0),    # both transposed, B copied
     ("ik,kj->ij", 2, 64, 64, np.float32, 0),      # two rows
+    ("ik,kj->ij", 64, 128, 1300, np.float32, 0),  # a long sum in blocks (512, 512, 276)
+    ("ki,jk->ij", 96, 40, 1100, np.float64, 1),   # the same, B copied
 ])
 def test_tiled_gemms_match_numpy(equation: str, m: int, n: int, k: int, dtype: type, pad: int,
                                  with_c: bool) -> None:
@@ -94,7 +96,8 @@ def test_tiled_gemms_match_numpy(equation: str, m: int, n: int, k: int, dtype: t
 @pytest.mark.parametrize(("equation", "m", "n", "k", "dtype"), [
     ("ik,kj->ij", 64, 5, 32, np.float32),      # 5 of 16 lanes would work
     ("ik,kj->ij", 64, 13, 32, np.float32),     # a single masked vector
-    ("ik,kj->ij", 64, 128, 1024, np.float32),  # a B of 512 KiB: not kept in the core's cache
+    ("ik,kj->ij", 64, 200, 2048, np.float32),  # a B of 1.6 MB, too wide to cut its sum
+    ("ik,jk->ij", 200, 128, 8200, np.float32),  # a transposed B too large to copy
     ("ik,jk->ij", 16, 64, 32, np.float64),     # a transposed B for too few rows to copy it
 ])
 def test_gemms_the_tiles_leave_to_the_blas(equation: str, m: int, n: int, k: int,
