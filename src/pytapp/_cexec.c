@@ -2135,9 +2135,9 @@ static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, 
         ldb = n;
     }
     /* workers share D's rows where there are enough, else its columns (whole vectors) */
-    const int64_t lanes = 64 / item, panels = (n + lanes - 1) / lanes;
+    const int64_t lanes = 64 / item, vectors = (n + lanes - 1) / lanes;
     const int big = m * n * k >= TILE_SPLIT_MIN, by_rows = m / tile_rows_min() >= 2;
-    const int workers = pool_workers(by_rows ? m / tile_rows_min() : panels, big);
+    const int workers = pool_workers(by_rows ? m / tile_rows_min() : vectors, big);
     TileJob jobs[MAX_WORKERS];
     for (int w = 0; w < workers; ++w) {
         TileJob *j = &jobs[w];
@@ -2150,8 +2150,8 @@ static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, 
             j->A += start * (ta == NO_TRANS ? lda : 1) * item;
             j->D += start * ldd * item;
         } else if (workers > 1) {
-            const int64_t start = panels * w / workers * lanes;
-            const int64_t stop = w == workers - 1 ? n : panels * (w + 1) / workers * lanes;
+            const int64_t start = vectors * w / workers * lanes;
+            const int64_t stop = w == workers - 1 ? n : vectors * (w + 1) / workers * lanes;
             j->n = stop - start;
             j->B += start * item;
             j->D += start * item;
