@@ -549,9 +549,10 @@ class EinsumExpression:
     def tune(self, views: Sequence[np.ndarray], dt: Datatype) -> str:
         """Time the whole network on each backend and on per-step ``auto``; keep the fastest.
 
-        Each candidate runs once (planning, buffers, compiled kernels), then each is timed
+        Each candidate runs once (planning, buffers, compiled kernels), then is timed
         :data:`NETWORK_TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`:
-        a pause before the candidates of another thread pool); the best time of each counts.
+        a pause before the candidates of another thread pool, each warm-up right before its
+        candidate's timed runs); the best time of each counts.
         The winner is used from now on for ``dt`` and kept in this machine's wisdom
         (:mod:`pytapp.wisdom`). ``views``: operands as :meth:`Network.prepare` returns them,
         of datatype ``dt``.
@@ -565,21 +566,15 @@ class EinsumExpression:
         try:
             for name in ("auto", *NETWORK_CANDIDATES):
                 try:
-                    handle = leased_handle(name)
+                    handles[name] = leased_handle(name)
                 except TappError:  # not available here
                     continue
-                handles[name] = handle
-                try:
-                    self.network.run(views, dt, handle)
-                except TappError:  # this backend cannot run some step: not a candidate
-                    del handles[name]
-                    handle.unlease()
+            # a backend that cannot run some step raises: not a candidate
             times = wisdom.time_candidates(
                 {name: functools.partial(self.network.run, views, dt, handle)
                  for name, handle in handles.items()}, NETWORK_TUNE_ROUNDS,
                 pools={name: backends.pool_of(name) for name in handles},
-                # the warm-up runs just ended on the last candidate's pool
-                after=backends.pool_of(list(handles)[-1]) if handles else None)
+                after=backends.pool_of(self.choices.get(dt, "auto")), warm_up=True)
         finally:
             for handle in handles.values():
                 handle.unlease()

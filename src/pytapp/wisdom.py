@@ -92,17 +92,19 @@ def pause_seconds(pools: Mapping[str, str], after: str | None) -> float:
 
 def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int,
                     pools: Mapping[str, str] | None = None,
-                    after: str | None = None) -> dict[str, float]:
+                    after: str | None = None, warm_up: bool = False) -> dict[str, float]:
     """Return each candidate's least seconds over ``repeats`` runs, timed back to back.
 
-    The tuners' one timing rule (after the caller has run every candidate once: plans,
-    buffers, compiled kernels). A candidate's runs follow one another rather than alternate
-    with the others': a library's thread pool keeps spinning for a while after its calls
-    (OpenBLAS for about 0.1 s), so a run of another pool right after it is timed against
-    those threads. ``pools`` names each candidate's thread pool and ``after`` the pool of the
-    calls just before: the candidates of ``after`` run first, then each other pool's after a
-    pause of :data:`POOL_SETTLE_SECONDS` (:func:`pause_seconds` in all). A candidate that
-    raises is left out.
+    The tuners' one timing rule. ``warm_up``: each candidate first runs once untimed (plans,
+    buffers, compiled kernels), right before its timed runs; otherwise the caller has run
+    every candidate once. A candidate's runs follow one another rather than alternate with
+    the others': a library's thread pool keeps spinning for a while after its calls (OpenBLAS
+    for about 0.1 s), so a run of another pool right after it is timed against those threads
+    (warm-ups of every candidate first, then the timed runs, timed torch at 7-16 ms where it
+    takes 4.4, OpenBLAS's threads still spinning). ``pools`` names each candidate's thread
+    pool and ``after`` the pool of the calls just before: the candidates of ``after`` run
+    first, then each other pool's after a pause of :data:`POOL_SETTLE_SECONDS`
+    (:func:`pause_seconds` in all). A candidate that raises is left out.
 
     Examples
     --------
@@ -122,6 +124,8 @@ def time_candidates(runs: Mapping[str, Callable[[], object]], repeats: int,
         run = runs[name]
         best = float("inf")
         try:
+            if warm_up:
+                run()
             for _ in range(max(repeats, 1)):
                 start = time.perf_counter()
                 run()

@@ -264,6 +264,25 @@ def test_time_candidates_pauses_before_another_pool(monkeypatch: pytest.MonkeyPa
     assert wisdom.pause_seconds({"a": "blas"}, "blas") == 0.0
 
 
+def test_time_candidates_warms_each_up_right_before_its_timed_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm-up on another pool would leave its threads spinning through the timed runs of
+    the pools before it: each warm-up runs after its pool's pause, untimed."""
+    events: list[str] = []
+    monkeypatch.setattr(wisdom, "_sleep", lambda s: events.append("pause"))
+    runs = {name: (lambda name=name: events.append(name)) for name in ("t", "a")}
+
+    def failing() -> None:
+        events.append("bad")
+        raise RuntimeError("cannot run these operands")
+
+    pools = {"t": "torch", "a": "blas", "bad": "torch"}
+    times = wisdom.time_candidates({**runs, "bad": failing}, 2, pools=pools, after="blas",
+                                   warm_up=True)
+    assert events == ["a", "a", "a", "pause", "t", "t", "t", "bad"]
+    assert sorted(times) == ["a", "t"]
+
+
 class _OtherPool(_Unloaded):
     """An imported candidate on a thread pool of its own."""
 

@@ -388,24 +388,22 @@ class AutoPlan:
     def _tune(self, bound: BoundProduct, executor: Executor | None) -> None:
         """Time the candidates worth it on these operands; D ends with the last valid result.
 
-        Each candidate is warmed up (first calls compile and allocate), then timed
-        :data:`TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`: a pause
-        before the candidates of another thread pool); the best time of each counts.
+        Each candidate is warmed up (first calls compile and allocate) right before it is
+        timed :data:`TUNE_ROUNDS` times in a row (:func:`pytapp.wisdom.time_candidates`: a
+        pause before the candidates of another thread pool); the best time of each counts.
         """
         plans: dict[str, BackendPlan] = {}
         for name in self._timed:
             try:
                 plan = self.plans.get(name) or self.candidates[name].plan(self.spec, executor)
-                self.plans[name] = plan
-                plan.run(bound, executor)
-            except Exception:  # a candidate that cannot run these operands is not chosen
+            except Exception:  # a candidate that cannot plan this product is not chosen
                 continue
-            plans[name] = plan
+            self.plans[name] = plans[name] = plan
+        # each warmed up right before its timed runs; one that cannot run these operands drops
         times = wisdom.time_candidates(
             {name: functools.partial(plan.run, bound, executor) for name, plan in plans.items()},
             TUNE_ROUNDS, pools=self._pools(plans),
-            # the warm-up runs just ended on the last candidate's pool
-            after=thread_pool(self.candidates[list(plans)[-1]]) if plans else None)
+            after=thread_pool(self.candidates[self.choice]), warm_up=True)
         self.measured = dict(times)
         if times:
             self.choice = pool_choice(times, self._pools(times))
