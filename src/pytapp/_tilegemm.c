@@ -34,8 +34,8 @@
 #define TILE_LONG_M 256
 #define TILE_KC 512
 /* A transposed B is copied into rows only for at least this many rows of D times the item
- * (the copy costs about what the tiles spend on 32 rows of F32), and of at most TILE_COPY_MAX
- * bytes (a buffer per thread, kept). */
+ * (128 rows of F32, 64 of F64: the copy costs about what the tiles spend on a quarter of them),
+ * and of at most TILE_COPY_MAX bytes (a buffer per thread, kept until the thread ends). */
 #define TILE_COPY_ROWS 512
 #define TILE_COPY_MAX (4 * 1024 * 1024)
 /* Most rows of D per tile by its vectors per row (1-4): at least 8 accumulators keep both FMA
