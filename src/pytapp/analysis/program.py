@@ -85,11 +85,12 @@ ROW_GEMV_MAX = 16
 #: GEMMs with fewer multiply-adds per call than this run as a loop nest instead.
 GEMM_MIN_MADDS = 512
 #: TTGT's batched GEMMs that pack nothing run here only up to this many flops in total (its
-#: GEMMs follow one another); larger ones are GEMMs on views. Batches of GEMMs on views run here
-#: at any size: from 2^22 flops the executor shares their elements out over the BLAS's pool, each
-#: GEMM on one thread (on the register tiles where they fit), where the backend's plan split
-#: them through Python: 32 GEMMs of 1024x64x64 (F32) 1.45 against 1.67 ms, 100 of 40^3 (F64)
-#: 0.19 against 0.42, 16 of 300^3 (F64, on the BLAS) 11.9 against 12.1.
+#: GEMMs follow one another); larger ones run on the backend's plan. Batches of GEMMs on views
+#: run here at any size: from 2^22 flops the executor shares their elements out over the
+#: BLAS's pool, each GEMM on one thread (on the register tiles where they fit), where the
+#: backend's plan split them through Python: 32 GEMMs of 1024x64x64 (F32) 1.45 against
+#: 1.67 ms, 100 of 40^3 (F64) 0.19 against 0.42, 16 of 300^3 (F64, on the BLAS) 11.9 against
+#: 12.1.
 GEMM_BATCH_MAX_FLOPS = 1 << 24
 #: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops
 #: and TTGT_MAX_BYTES of packs and temporary; larger ones run on the backend's plan (threaded

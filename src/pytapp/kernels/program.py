@@ -294,11 +294,11 @@ def _register_blas() -> bool:
 def use_tiles(on: bool) -> bool:
     """Run the real GEMMs that fit on the executor's register tiles (on by default).
 
-    The tiles (``_tilegemm.c``, AVX-512F) compute F32/F64 GEMMs with a small extent (B of at
-    most 256 KiB) from the operands where they lie, where the BLAS packs both first; the BLAS
-    runs the rest. ``PYTAPP_TILES=0`` in the environment switches them off at start-up (for
-    comparisons). Returns whether they now run: ``False`` when switched off, on a CPU without
-    AVX-512F, or without the compiled executor.
+    The tiles (``_tilegemm.c``, AVX-512F) compute F32/F64 GEMMs with a small side (a B of at
+    most 256 KiB, or of at most 128 columns) from the operands where they lie, where the BLAS
+    packs both first; the BLAS runs the rest. ``PYTAPP_TILES=0`` in the environment switches
+    them off at start-up (for comparisons). Returns whether they now run: ``False`` when
+    switched off, on a CPU without AVX-512F, or without the compiled executor.
 
     Examples
     --------
