@@ -2098,52 +2098,80 @@ static void run_store_split(const Program *p, cval al, cval be, const char *T, c
               be, T, NULL, C, D);
 }
 
-/* Whether real GEMMs that tile_fits takes run on the tiles (set_tiles; on by default), and how
- * many have (tile_count: what tests check). */
-static int g_tiles = 1;
+/* How many GEMMs the tiles have run (tile_count: what tests check). */
 static unsigned long long g_tile_count = 0;
-/* Tiled GEMMs of at least this many multiply-adds share D's rows out over the BLAS's pool (a
- * 2^20 one takes about 8 us on one core). */
-#define TILE_SPLIT_MIN (1 << 20)
+/* Tiled GEMMs of at least this many multiply-adds share D's rows out over the BLAS's pool, as
+ * OpenBLAS shares its own (a 2^18 one takes about 3 us on one core; F64 32x64x256 took 20.1 us
+ * on one, 14.4 on two). */
+#define TILE_SPLIT_MIN (1 << 18)
+/* A transposed B of at least this many bytes is copied into rows by all the workers. */
+#define TILE_COPY_SPLIT_MIN (64 * 1024)
 
 typedef struct {
     int item, ta;
     int64_t m, n, k, lda, ldb, ldd;
     double al, be;
     const char *A, *B;
-    char *D;
+    char *D, *rows; /* rows: where this worker copies its columns of a transposed B, or NULL */
+    int64_t ldr;     /* their row stride; copy_only: the worker only copies */
+    int copy_only;
 } TileJob;
 
 static void tile_task(void *arg) {
     TileJob *j = (TileJob *)arg;
-    if (j->m > 0)
-        tile_gemm(j->item, j->ta, j->m, j->n, j->k, j->al, j->A, j->lda, j->B, j->ldb, j->be,
-                  j->D, j->ldd);
+    if (j->m < 1 || j->n < 1) return;
+    const char *B = j->B;
+    int64_t ldb = j->ldb;
+    if (j->rows) {
+        tile_transpose(j->item, B, ldb, j->n, j->k, j->rows, j->ldr);
+        if (j->copy_only) return;
+        B = j->rows, ldb = j->ldr;
+    }
+    tile_gemm(j->item, j->ta, j->m, j->n, j->k, j->al, j->A, j->lda, B, ldb, j->be, j->D,
+              j->ldd);
 }
 
 /* A real GEMM on the register tiles (_tilegemm.c), its rows shared out over the BLAS's pool
- * when large: 1 when done, 0 when the BLAS must run it. */
+ * when large: 1 when done, 0 when the BLAS must run it. A transposed B is copied into rows
+ * first (into this thread's buffer): by each worker, its own columns, where the workers share
+ * D's columns; else once, on this thread. */
 static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, cval al,
                     const char *L, int64_t lda, const char *R, int64_t ldb, cval be, char *D,
                     int64_t ldd) {
-    if (!g_tiles || (dtype != DT_F32 && dtype != DT_F64)) return 0;
+    if (dtype != DT_F32 && dtype != DT_F64) return 0;
     const int item = dtype == DT_F32 ? 4 : 8;
     if (!tile_fits(item, tb, m, n, k)) return 0;
+    char *rows = NULL;
     if (tb != NO_TRANS) {
-        R = tile_rows(item, R, ldb, n, k);
-        if (!R) return 0;
-        ldb = n;
+        rows = tile_buffer((size_t)(k * n * item));
+        if (!rows) return 0;
     }
-    /* workers share D's rows where there are enough, else its columns (whole vectors) */
-    const int64_t lanes = 64 / item, vectors = (n + lanes - 1) / lanes;
-    const int big = m * n * k >= TILE_SPLIT_MIN, by_rows = m / tile_rows_min() >= 2;
-    const int workers = pool_workers(by_rows ? m / tile_rows_min() : vectors, big);
+    /* workers share D's rows where there are enough, else its columns (whole vectors), else
+     * (a single vector) shorter runs of rows */
+    const int64_t lanes = tile_lanes(item), vectors = (n + lanes - 1) / lanes;
+    const int64_t row_shares = m / tile_rows_min() >= 2 || vectors > 1
+                                   ? m / tile_rows_min() : m / (tile_rows_min() / 3);
+    const int big = m * n * k >= TILE_SPLIT_MIN, by_rows = row_shares >= 2;
+    const int workers = pool_workers(by_rows ? row_shares : vectors, big);
     TileJob jobs[MAX_WORKERS];
+    if (rows && (by_rows || workers == 1)) { /* every worker reads all of B: copied first */
+        const int copiers = workers > 1 && k * n * item >= TILE_COPY_SPLIT_MIN ? workers : 1;
+        for (int w = 0; w < copiers; ++w) {
+            const int64_t start = n * w / copiers;
+            jobs[w] = (TileJob){.item = item, .m = 1, .n = n * (w + 1) / copiers - start, .k = k,
+                                .ldb = ldb, .B = R + start * ldb * item,
+                                .rows = rows + start * item, .ldr = n, .copy_only = 1};
+        }
+        if (copiers > 1) g_pool_run(copiers, (void *)tile_task, jobs, (int)sizeof(TileJob));
+        else tile_task(jobs);
+        R = rows, ldb = n, rows = NULL;
+    }
     for (int w = 0; w < workers; ++w) {
         TileJob *j = &jobs[w];
+        j->copy_only = 0;
         j->item = item, j->ta = ta, j->m = m, j->n = n, j->k = k;
         j->lda = lda, j->ldb = ldb, j->ldd = ldd, j->al = al.re, j->be = be.re;
-        j->A = L, j->B = R, j->D = D;
+        j->A = L, j->B = R, j->D = D, j->rows = NULL;
         if (by_rows) {
             const int64_t start = m * w / workers, stop = m * (w + 1) / workers;
             j->m = stop - start;
@@ -2153,8 +2181,9 @@ static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, 
             const int64_t start = vectors * w / workers * lanes;
             const int64_t stop = w == workers - 1 ? n : vectors * (w + 1) / workers * lanes;
             j->n = stop - start;
-            j->B += start * item;
+            j->B += start * (rows ? ldb : 1) * item;
             j->D += start * item;
+            if (rows) j->rows = rows + start * k * item, j->ldr = j->n;
         }
     }
     if (workers > 1) g_pool_run(workers, (void *)tile_task, jobs, (int)sizeof(TileJob));
@@ -2670,10 +2699,9 @@ static PyObject *set_blas_threads(PyObject *self, PyObject *args) {
 }
 
 static PyObject *set_tiles(PyObject *self, PyObject *args) {
-    int on;
-    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-    g_tiles = on;
-    return PyBool_FromLong(on && tile_supported());
+    int cap;
+    if (!PyArg_ParseTuple(args, "i", &cap)) return NULL;
+    return PyLong_FromLong(tile_cap(cap));
 }
 
 static PyObject *tile_count(PyObject *self, PyObject *args) {
@@ -2805,8 +2833,9 @@ static PyMethodDef methods[] = {
      "pool_map(fn, count) -> bool: fn(i) for i < count on the BLAS's own threads (this one "
      "too); False when there is no such pool."},
     {"set_tiles", set_tiles, METH_VARARGS,
-     "set_tiles(on) -> bool: run real GEMMs that fit on the register tiles (on by default); "
-     "whether they now do (never where the CPU lacks AVX-512F)."},
+     "set_tiles(cap) -> int: run real GEMMs that fit on the register tiles with vectors of at "
+     "most `cap` (0: no tiles, 1: AVX2, 2: AVX-512; 2 by default); the vectors they now run on "
+     "(0 where the CPU has neither)."},
     {"tile_count", tile_count, METH_NOARGS,
      "tile_count() -> int: GEMMs run on the register tiles so far (all threads)."},
     {"set_blas_threads", set_blas_threads, METH_VARARGS,

@@ -9,12 +9,16 @@
  * the packing is what the time goes to: OpenBLAS ran 1024x64x64 and 64x64x1024 (F32, one
  * thread, Xeon with AVX-512) at 107 and 104 GFlop/s, these tiles at 139 and 129.
  *
- * Built for AVX-512F through target attributes and chosen at run time (tile_supported); on
- * other CPUs the BLAS runs everything. */
+ * Built twice through target attributes, for AVX-512F (16 F32 lanes, 32 registers) and for
+ * AVX2 with FMA (8 lanes, 16 registers), the widest the CPU has chosen at run time (tile_isa);
+ * on other CPUs the BLAS runs everything. Against OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=
+ * Haswell, one thread, on the Xeon), the AVX2 tiles ran 100 random GEMMs they take at 1.21x
+ * its speed (geometric mean; 0.85x the slowest, F32 305x41x329 with A read transposed). */
 #include "_tilegemm.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
@@ -28,22 +32,35 @@
  * at most TILE_LONG_M rows: where m and n are large, the BLAS's packed blocks win. Measured on a
  * Xeon (2 MiB L2 per core) against OpenBLAS: F32 664x283x542 (a 613 KB B) 0.66x, 512^3 0.9x,
  * 636x69x1481 0.83x, 303x100x3476 0.87x; every B up to 256 KB 1.0-1.9x; F32 225x106x2891 1.11x,
- * 110x70x2342 1.27x, 22x69x3589 2.2x; F64 128x128x2048 1.41x, 556x55x4771 1.63x. */
+ * 110x70x2342 1.27x, 22x69x3589 2.2x; F64 128x128x2048 1.41x, 556x55x4771 1.63x. On a CPU
+ * with less L2 cache, TILE_B_MAX shrinks with it (tile_b_max). */
 #define TILE_B_MAX (256 * 1024)
 #define TILE_LONG_N 128
 #define TILE_LONG_M 256
 #define TILE_KC 512
+/* Nor do they take a sum shorter than TILE_K_MIN with fewer than TILE_SMALL_MAX multiply-adds:
+ * there OpenBLAS runs kernels of its own for small matrices, unpacked (see tile_fits). */
+#define TILE_K_MIN 128
+#define TILE_SMALL_MAX (1 << 20)
+/* A read across its rows (op(A) transposed) is fetched TILE_PF rows ahead: the hardware's
+ * prefetchers follow no stride of several KiB (F64 893x19x5314, A of 38 MB: 0.76x OpenBLAS's
+ * speed without, 0.89x with). */
+#define TILE_PF 16
 /* A transposed B is copied into rows only for at least this many rows of D times the item
  * (128 rows of F32, 64 of F64: the copy costs about what the tiles spend on a quarter of them),
  * and of at most TILE_COPY_MAX bytes (a buffer per thread, kept until the thread ends). */
 #define TILE_COPY_ROWS 512
 #define TILE_COPY_MAX (4 * 1024 * 1024)
-/* Most rows of D per tile by its vectors per row (1-4): at least 8 accumulators keep both FMA
- * units busy through their 4-cycle latency, at most 24 of the 32 vector registers hold them
- * (n of 13, F32, on tiles of 6 rows: 0.71x OpenBLAS's speed). */
+/* Most rows of D per tile by its vectors per row: at least 8 accumulators keep both FMA units
+ * busy through their 4-cycle latency, and accumulators, B's row and A's broadcast fit the
+ * vector registers. AVX-512 (32 registers): 1-4 vectors, at most 24 accumulators (n of 13, F32,
+ * on tiles of 6 rows: 0.71x OpenBLAS's speed). AVX2 (16 registers): 1-3 vectors, at most 12. */
 #define NVMAX 4
 #define MR_MAX 12
-static const int64_t MR[NVMAX + 1] = {0, 12, 8, 7, 6};
+static const int64_t MR512[NVMAX + 1] = {0, 12, 8, 7, 6};
+static const int64_t MR256[NVMAX + 1] = {0, 12, 6, 4, 0};
+#define NVMAX512 4
+#define NVMAX256 3
 /* Fewest rows per worker when a tiled GEMM is shared out. */
 #define TILE_ROWS_MIN 48
 
@@ -51,17 +68,34 @@ int64_t tile_rows_min(void) { return TILE_ROWS_MIN; }
 
 #if TILES_BUILT
 
-int tile_supported(void) {
+/* The widest vectors this CPU runs (TILE_AVX512, TILE_AVX2 with FMA, or TILE_NONE), asked once,
+ * capped by tile_cap. */
+static int g_cap = TILE_AVX512;
+
+int tile_isa(void) {
     static int known = -1;
     if (known < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        known = __builtin_cpu_supports("avx512f")                                     ? TILE_AVX512
+                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? TILE_AVX2
+                                                                                    : TILE_NONE;
     }
-    return known;
+    const int cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED);
+    return known < cap ? known : cap;
 }
 
-/* The body of one tile (R, NV: compile-time constants; T the element, V its vector of W). */
-#define TILE_BODY(T, V, W, MASK, SET1, LOAD, MLOAD, FMA, MUL, MSTORE, ZERO)                   \
+int tile_cap(int cap) {
+    __atomic_store_n(&g_cap, cap < TILE_NONE ? TILE_NONE : cap > TILE_AVX512 ? TILE_AVX512 : cap,
+                     __ATOMIC_RELAXED);
+    return tile_isa();
+}
+
+int64_t tile_lanes(int item) { return (tile_isa() == TILE_AVX512 ? 64 : 32) / item; }
+
+/* The body of one tile (R, NV: compile-time constants; T the element, V its vector of W).
+ * FIRST declares what the last vector's LOADL and STOREL need from `rem`, its lanes in use. */
+#define TILE_BODY(T, V, W, FIRST, SET1, LOAD, LOADL, FMA, MUL, STORE, STOREL, ZERO)           \
+    FIRST;                                                                                    \
     V c[R][NV];                                                                               \
     _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                \
@@ -71,9 +105,11 @@ int tile_supported(void) {
         }                                                                                     \
     const T *b = B, *a = A;                                                                   \
     for (int64_t p = 0; p < k; p++, b += ldb, a += sap) {                                     \
+        /* A read across its rows: no hardware prefetcher follows such a stride */           \
+        if (sap != 1) _mm_prefetch((const char *)(a + TILE_PF * sap), _MM_HINT_T0);           \
         V bv[NV];                                                                             \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                  \
-            bv[v] = v == NV - 1 ? MLOAD(last, b + W * v) : LOAD(b + W * v);                   \
+            bv[v] = v == NV - 1 ? LOADL(b + W * v) : LOAD(b + W * v);                         \
         _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {                                 \
             V x = SET1(a[r * sai]);                                                           \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                              \
@@ -83,49 +119,93 @@ int tile_supported(void) {
     V al = SET1(alpha), be = SET1(beta);                                                      \
     _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)                                       \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                \
-            MASK mk = v == NV - 1 ? last : (MASK)-1;                                          \
             T *d = D + r * ldd + W * v;                                                       \
             V x = MUL(al, c[r][v]);                                                           \
-            if (beta != 0) x = FMA(be, MLOAD(mk, d), x); /* D is not read when beta is 0 */  \
-            MSTORE(d, mk, x);                                                                 \
+            if (beta != 0) /* D is not read when beta is 0 */                                 \
+                x = FMA(be, v == NV - 1 ? LOADL(d) : LOAD(d), x);                             \
+            if (v == NV - 1) STOREL(d, x);                                                    \
+            else STORE(d, x);                                                                 \
         }
 
 #define S_ARGS                                                                                \
-    int64_t k, __mmask16 last, float alpha, const float *A, int64_t sai, int64_t sap,         \
+    int64_t k, int rem, float alpha, const float *A, int64_t sai, int64_t sap,                \
         const float *B, int64_t ldb, float beta, float *D, int64_t ldd
 #define D_ARGS                                                                                \
-    int64_t k, __mmask8 last, double alpha, const double *A, int64_t sai, int64_t sap,        \
+    int64_t k, int rem, double alpha, const double *A, int64_t sai, int64_t sap,              \
         const double *B, int64_t ldb, double beta, double *D, int64_t ldd
+
+/* AVX-512: the last vector through a mask register (masked loads and stores cost nothing). */
+#define FIRST512 const __mmask16 last = (__mmask16)((1u << rem) - 1)
+#define S512_LOADL(p) _mm512_maskz_loadu_ps(last, p)
+#define S512_STOREL(p, x) _mm512_mask_storeu_ps(p, last, x)
+#define D512_LOADL(p) _mm512_maskz_loadu_pd((__mmask8)last, p)
+#define D512_STOREL(p, x) _mm512_mask_storeu_pd(p, (__mmask8)last, x)
 #define STILE(R_, NV_)                                                                        \
     __attribute__((target("avx512f"))) static void stile_##R_##_##NV_(S_ARGS) {               \
         enum { R = R_, NV = NV_ };                                                            \
-        TILE_BODY(float, __m512, 16, __mmask16, _mm512_set1_ps, _mm512_loadu_ps,              \
-                  _mm512_maskz_loadu_ps, _mm512_fmadd_ps, _mm512_mul_ps,                      \
-                  _mm512_mask_storeu_ps, _mm512_setzero_ps)                                   \
+        TILE_BODY(float, __m512, 16, FIRST512, _mm512_set1_ps, _mm512_loadu_ps, S512_LOADL,   \
+                  _mm512_fmadd_ps, _mm512_mul_ps, _mm512_storeu_ps, S512_STOREL,              \
+                  _mm512_setzero_ps)                                                          \
     }
 #define DTILE(R_, NV_)                                                                        \
     __attribute__((target("avx512f"))) static void dtile_##R_##_##NV_(D_ARGS) {               \
         enum { R = R_, NV = NV_ };                                                            \
-        TILE_BODY(double, __m512d, 8, __mmask8, _mm512_set1_pd, _mm512_loadu_pd,              \
-                  _mm512_maskz_loadu_pd, _mm512_fmadd_pd, _mm512_mul_pd,                      \
-                  _mm512_mask_storeu_pd, _mm512_setzero_pd)                                   \
+        TILE_BODY(double, __m512d, 8, FIRST512, _mm512_set1_pd, _mm512_loadu_pd, D512_LOADL,  \
+                  _mm512_fmadd_pd, _mm512_mul_pd, _mm512_storeu_pd, D512_STOREL,              \
+                  _mm512_setzero_pd)                                                          \
     }
-#define TILES6(M, NV) M(1, NV) M(2, NV) M(3, NV) M(4, NV) M(5, NV) M(6, NV)
+
+/* AVX2: the last vector through a mask of lanes when partial (masked stores are slow on some
+ * CPUs: a whole last vector is loaded and stored plainly). */
+#define FIRST256S                                                                             \
+    const int whole = rem == 8;                                                               \
+    const __m256i last =                                                                      \
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define FIRST256D                                                                             \
+    const int whole = rem == 4;                                                               \
+    const __m256i last =                                                                      \
+        _mm256_cmpgt_epi64(_mm256_set1_epi64x(rem), _mm256_setr_epi64x(0, 1, 2, 3))
+#define S256_LOADL(p) (whole ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, last))
+#define S256_STOREL(p, x) (whole ? _mm256_storeu_ps(p, x) : _mm256_maskstore_ps(p, last, x))
+#define D256_LOADL(p) (whole ? _mm256_loadu_pd(p) : _mm256_maskload_pd(p, last))
+#define D256_STOREL(p, x) (whole ? _mm256_storeu_pd(p, x) : _mm256_maskstore_pd(p, last, x))
+#define STILE2(R_, NV_)                                                                       \
+    __attribute__((target("avx2,fma"))) static void stile2_##R_##_##NV_(S_ARGS) {             \
+        enum { R = R_, NV = NV_ };                                                            \
+        TILE_BODY(float, __m256, 8, FIRST256S, _mm256_set1_ps, _mm256_loadu_ps, S256_LOADL,   \
+                  _mm256_fmadd_ps, _mm256_mul_ps, _mm256_storeu_ps, S256_STOREL,              \
+                  _mm256_setzero_ps)                                                          \
+    }
+#define DTILE2(R_, NV_)                                                                       \
+    __attribute__((target("avx2,fma"))) static void dtile2_##R_##_##NV_(D_ARGS) {             \
+        enum { R = R_, NV = NV_ };                                                            \
+        TILE_BODY(double, __m256d, 4, FIRST256D, _mm256_set1_pd, _mm256_loadu_pd, D256_LOADL, \
+                  _mm256_fmadd_pd, _mm256_mul_pd, _mm256_storeu_pd, D256_STOREL,              \
+                  _mm256_setzero_pd)                                                          \
+    }
+#define TILES4(M, NV) M(1, NV) M(2, NV) M(3, NV) M(4, NV)
+#define TILES6(M, NV) TILES4(M, NV) M(5, NV) M(6, NV)
 #define TILES7(M, NV) TILES6(M, NV) M(7, NV)
 #define TILES8(M, NV) TILES7(M, NV) M(8, NV)
 #define TILES12(M, NV) TILES8(M, NV) M(9, NV) M(10, NV) M(11, NV) M(12, NV)
 TILES12(STILE, 1) TILES8(STILE, 2) TILES7(STILE, 3) TILES6(STILE, 4)
 TILES12(DTILE, 1) TILES8(DTILE, 2) TILES7(DTILE, 3) TILES6(DTILE, 4)
+TILES12(STILE2, 1) TILES6(STILE2, 2) TILES4(STILE2, 3)
+TILES12(DTILE2, 1) TILES6(DTILE2, 2) TILES4(DTILE2, 3)
 
 typedef void (*stile_t)(S_ARGS);
 typedef void (*dtile_t)(D_ARGS);
-#define ROW6(P, NV) 0, P##_1_##NV, P##_2_##NV, P##_3_##NV, P##_4_##NV, P##_5_##NV, P##_6_##NV
+#define ROW4(P, NV) 0, P##_1_##NV, P##_2_##NV, P##_3_##NV, P##_4_##NV
+#define ROW6(P, NV) ROW4(P, NV), P##_5_##NV, P##_6_##NV
 #define ROW7(P, NV) ROW6(P, NV), P##_7_##NV
 #define ROW8(P, NV) ROW7(P, NV), P##_8_##NV
 #define ROW12(P, NV) ROW8(P, NV), P##_9_##NV, P##_10_##NV, P##_11_##NV, P##_12_##NV
-#define TABLE(P) {{0}, {ROW12(P, 1)}, {ROW8(P, 2)}, {ROW7(P, 3)}, {ROW6(P, 4)}}
-static const stile_t stiles[NVMAX + 1][MR_MAX + 1] = TABLE(stile);
-static const dtile_t dtiles[NVMAX + 1][MR_MAX + 1] = TABLE(dtile);
+#define TABLE512(P) {{0}, {ROW12(P, 1)}, {ROW8(P, 2)}, {ROW7(P, 3)}, {ROW6(P, 4)}}
+#define TABLE256(P) {{0}, {ROW12(P, 1)}, {ROW6(P, 2)}, {ROW4(P, 3)}, {0}}
+static const stile_t stiles[NVMAX + 1][MR_MAX + 1] = TABLE512(stile);
+static const dtile_t dtiles[NVMAX + 1][MR_MAX + 1] = TABLE512(dtile);
+static const stile_t stiles2[NVMAX + 1][MR_MAX + 1] = TABLE256(stile2);
+static const dtile_t dtiles2[NVMAX + 1][MR_MAX + 1] = TABLE256(dtile2);
 
 /* D swept by tiles of at most MR rows (for its widest panel; 13 rows of 6 as 5, 4, 4) by panels
  * of at most NVMAX vectors of its columns (5 vectors as 3 and 2, the masked one last), in blocks
@@ -139,11 +219,11 @@ static const dtile_t dtiles[NVMAX + 1][MR_MAX + 1] = TABLE(dtile);
  * against 45-55 (OpenBLAS 55-60). */
 #define A_BLOCK_BYTES 16384
 #define D_BLOCK_BYTES 32768
-#define DRIVER(NAME, T, W, TABLE, MASK)                                                       \
+#define DRIVER(NAME, T, W, TABLE, NVM, MRT)                                                  \
     static void NAME(int64_t m, int64_t n, int64_t kall, T alpha, const T *A0, int64_t sai,   \
                      int64_t sap, const T *B0, int64_t ldb, T beta0, T *D, int64_t ldd) {     \
-        const int64_t vectors = (n + W - 1) / W, panels = (vectors + NVMAX - 1) / NVMAX;      \
-        const int64_t mr_max = MR[(vectors + panels - 1) / panels];                           \
+        const int64_t vectors = (n + W - 1) / W, panels = (vectors + NVM - 1) / NVM;          \
+        const int64_t mr_max = MRT[(vectors + panels - 1) / panels];                          \
         const int64_t tiles = (m + mr_max - 1) / mr_max;                                      \
         const int64_t kc = kall < TILE_KC ? kall : TILE_KC;                                   \
         int64_t block = A_BLOCK_BYTES / (mr_max * kc * (int64_t)sizeof(T));                   \
@@ -159,31 +239,49 @@ static const dtile_t dtiles[NVMAX + 1][MR_MAX + 1] = TABLE(dtile);
                     const int64_t v0 = vectors * q / panels;                                  \
                     const int64_t nv = vectors * (q + 1) / panels - v0;                       \
                     const int64_t j = v0 * W, w = n - j < nv * W ? n - j : nv * W;            \
-                    const MASK last = (MASK)((w % W) ? ((1u << (w % W)) - 1)                  \
-                                                     : (unsigned)(MASK)-1);                   \
+                    const int rem = (int)(w - (nv - 1) * W); /* lanes of the last vector */  \
                     for (int64_t t = t0; t < t1; ++t) {                                       \
                         const int64_t i = m * t / tiles, mr = m * (t + 1) / tiles - i;        \
-                        TABLE[nv][mr](k, last, alpha, A + i * sai, sai, sap, B + j, ldb,      \
-                                      beta, D + i * ldd + j, ldd);                            \
+                        TABLE[nv][mr](k, rem, alpha, A + i * sai, sai, sap, B + j, ldb, beta, \
+                                      D + i * ldd + j, ldd);                                  \
                     }                                                                         \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
     }
-DRIVER(tiles_f32, float, 16, stiles, __mmask16)
-DRIVER(tiles_f64, double, 8, dtiles, __mmask8)
+DRIVER(tiles_f32, float, 16, stiles, NVMAX512, MR512)
+DRIVER(tiles_f64, double, 8, dtiles, NVMAX512, MR512)
+DRIVER(tiles2_f32, float, 8, stiles2, NVMAX256, MR256)
+DRIVER(tiles2_f64, double, 4, dtiles2, NVMAX256, MR256)
+
+/* The largest B (bytes) the tiles take whatever its shape: an eighth of the core's L2 cache
+ * (256 KiB of the Xeon's 2 MiB, where it was measured), at most 256 KiB, at least 64. */
+static int64_t tile_b_max(void) {
+    static int64_t known = 0;
+    if (!known) {
+        long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        int64_t b = l2 > 0 ? (int64_t)l2 / 8 : TILE_B_MAX;
+        known = b > TILE_B_MAX ? TILE_B_MAX : b < TILE_B_MAX / 4 ? TILE_B_MAX / 4 : b;
+    }
+    return known;
+}
 
 int tile_fits(int item, int tb, int64_t m, int64_t n, int64_t k) {
-    if ((item != 4 && item != 8) || m < 1 || n < 1 || k < 1 || !tile_supported()) return 0;
+    if ((item != 4 && item != 8) || m < 1 || n < 1 || k < 1 || tile_isa() == TILE_NONE)
+        return 0;
+    /* short sums of small products: OpenBLAS's own unpacked kernels for small matrices are as
+     * fast (F32 64x64x32: 0.95x, 696x64x16: 0.90x, F64 200x64x64: 0.91x against 1.0-1.5x from
+     * a sum of 128 or 2^20 multiply-adds on) */
+    if (k < TILE_K_MIN && m * n * k < TILE_SMALL_MAX) return 0;
     const int64_t bytes = k * n * item;
-    if (bytes > TILE_B_MAX && (n > TILE_LONG_N || (item == 4 && m > TILE_LONG_M))) return 0;
+    if (bytes > tile_b_max() && (n > TILE_LONG_N || (item == 4 && m > TILE_LONG_M))) return 0;
     /* copying a transposed B costs about a cycle per element, what the tiles spend on m / 32
      * (F32) or m / 16 (F64) of its multiply-adds: 30x277x20 (F64) ran at 0.84x OpenBLAS's speed,
      * 43x83x114 (F32) at 0.68x */
     if (tb != 111 && (m * item < TILE_COPY_ROWS || bytes > TILE_COPY_MAX)) return 0;
     /* at least 3/4 of the vector lanes do work (n of 5 in F32: 0.53x OpenBLAS's speed), and a
      * single vector is whole (n of 13, F32: 0.83x; OpenBLAS has kernels of its own for such) */
-    const int64_t lanes = 64 / item, used = (n + lanes - 1) / lanes * lanes;
+    const int64_t lanes = tile_lanes(item), used = (n + lanes - 1) / lanes * lanes;
     return 4 * n >= 3 * used && (n == lanes || n > 2 * lanes);
 }
 
@@ -202,8 +300,7 @@ static void rows_free(void *p) {
 
 static void rows_key(void) { (void)pthread_key_create(&g_rows_key, rows_free); }
 
-/* This thread's buffer of at least `size` bytes; NULL when memory ran out. */
-static void *rows_buffer(size_t size) {
+void *tile_buffer(size_t size) {
     (void)pthread_once(&g_rows_once, rows_key);
     Rows *r = pthread_getspecific(g_rows_key);
     if (!r) {
@@ -222,51 +319,62 @@ static void *rows_buffer(size_t size) {
     return r->rows;
 }
 
-/* rows[p, j] = B[j, p] in blocks of 16 of B's rows (a few KiB, kept in cache while each row of
+/* rows[p, j] = B[j, p] (row stride ldr) in blocks of 16 of B's rows (a few KiB, kept in cache while each row of
  * the copy gets 16 consecutive elements). */
 #define COPY_TRANSPOSED(T)                                                                    \
     for (int64_t j0 = 0; j0 < n; j0 += 16) {                                                  \
         const int64_t j1 = j0 + 16 < n ? j0 + 16 : n;                                         \
         for (int64_t p = 0; p < k; ++p) {                                                     \
-            T *out = (T *)rows + p * n;                                                       \
+            T *out = (T *)rows + p * ldr;                                                     \
             for (int64_t j = j0; j < j1; ++j) out[j] = ((const T *)B)[j * ldb + p];          \
         }                                                                                     \
     }
 
-const void *tile_rows(int item, const void *B, int64_t ldb, int64_t n, int64_t k) {
-    void *rows = rows_buffer((size_t)(k * n * item));
-    if (!rows) return NULL;
+void tile_transpose(int item, const void *B, int64_t ldb, int64_t n, int64_t k, void *rows,
+                    int64_t ldr) {
     if (item == 4) {
         COPY_TRANSPOSED(float)
     } else {
         COPY_TRANSPOSED(double)
     }
-    return rows;
 }
 
 void tile_gemm(int item, int ta, int64_t m, int64_t n, int64_t k, double alpha, const void *A,
                int64_t lda, const void *B, int64_t ldb, double beta, void *D, int64_t ldd) {
     const int64_t sai = ta == 111 ? lda : 1, sap = ta == 111 ? 1 : lda;
+    const int wide = tile_isa() == TILE_AVX512;
     if (item == 4)
-        tiles_f32(m, n, k, (float)alpha, (const float *)A, sai, sap, (const float *)B, ldb,
-                  (float)beta, (float *)D, ldd);
+        (wide ? tiles_f32 : tiles2_f32)(m, n, k, (float)alpha, (const float *)A, sai, sap,
+                                        (const float *)B, ldb, (float)beta, (float *)D, ldd);
     else
-        tiles_f64(m, n, k, alpha, (const double *)A, sai, sap, (const double *)B, ldb, beta,
-                  (double *)D, ldd);
+        (wide ? tiles_f64 : tiles2_f64)(m, n, k, alpha, (const double *)A, sai, sap,
+                                        (const double *)B, ldb, beta, (double *)D, ldd);
 }
 
 #else /* not built for this compiler or CPU family: the BLAS runs everything */
 
-int tile_supported(void) { return 0; }
+int tile_isa(void) { return TILE_NONE; }
+
+int tile_cap(int cap) {
+    (void)cap;
+    return TILE_NONE;
+}
+
+int64_t tile_lanes(int item) { return 64 / item; }
 
 int tile_fits(int item, int tb, int64_t m, int64_t n, int64_t k) {
     (void)item, (void)tb, (void)m, (void)n, (void)k;
     return 0;
 }
 
-const void *tile_rows(int item, const void *B, int64_t ldb, int64_t n, int64_t k) {
-    (void)item, (void)B, (void)ldb, (void)n, (void)k;
+void *tile_buffer(size_t size) {
+    (void)size;
     return NULL;
+}
+
+void tile_transpose(int item, const void *B, int64_t ldb, int64_t n, int64_t k, void *rows,
+                    int64_t ldr) {
+    (void)item, (void)B, (void)ldb, (void)n, (void)k, (void)rows, (void)ldr;
 }
 
 void tile_gemm(int item, int ta, int64_t m, int64_t n, int64_t k, double alpha, const void *A,

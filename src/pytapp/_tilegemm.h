@@ -2,10 +2,18 @@
 #ifndef PYTAPP_TILEGEMM_H
 #define PYTAPP_TILEGEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* Whether this CPU runs the tiles (AVX-512F, with the operating system's support), asked once. */
-int tile_supported(void);
+/* The vectors the tiles run on: the widest this CPU has (asked once), at most the cap. */
+enum { TILE_NONE = 0, TILE_AVX2 = 1, TILE_AVX512 = 2 };
+int tile_isa(void);
+
+/* Cap the vectors the tiles use (TILE_NONE: none; for comparisons and tests); returns tile_isa. */
+int tile_cap(int cap);
+
+/* Elements of `item` bytes per vector of tile_isa's. */
+int64_t tile_lanes(int item);
 
 /* Whether tile_gemm takes this row-major GEMM of real `item`-byte elements (4: F32, 8: F64):
  * D[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta D, `tb` a CBLAS transpose code. */
@@ -14,9 +22,13 @@ int tile_fits(int item, int tb, int64_t m, int64_t n, int64_t k);
 /* Rows of D a worker of a shared-out tiled GEMM takes at least. */
 int64_t tile_rows_min(void);
 
-/* B stored [n, k] (row stride ldb) copied into this thread's buffer as [k, n] rows, for
- * tile_gemm; NULL when memory ran out. The buffer stays valid until this thread's next call. */
-const void *tile_rows(int item, const void *B, int64_t ldb, int64_t n, int64_t k);
+/* This thread's buffer of at least `size` bytes (kept and reused until the thread ends); NULL
+ * when memory ran out. */
+void *tile_buffer(size_t size);
+
+/* B stored [n, k] (row stride ldb) copied as rows [k, n] (row stride ldr) for tile_gemm. */
+void tile_transpose(int item, const void *B, int64_t ldb, int64_t n, int64_t k, void *rows,
+                    int64_t ldr);
 
 /* Run what tile_fits took, on the calling thread, B given as rows ([k, n], row stride ldb):
  * `ta` a CBLAS transpose code (any but 111 reads A transposed); `lda`, `ldd` row strides in

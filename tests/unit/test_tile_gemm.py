@@ -2,10 +2,11 @@
 
 Every case runs a GEMM on views through the blas backend with alpha (and beta with C), on
 small-integer data (every sum exact in F32 and F64), once on the tiles and once on the BLAS;
-both must equal numpy.einsum in float64. ``tile_count`` tells whether the tiles ran: the shapes
-cover every tile height and panel width, masked columns, short sums and long ones
-(cut in blocks), operands read transposed, a transposed B copied into rows,
-padded rows, and the shares over the BLAS's pool by rows and by columns.
+both must equal numpy.einsum in float64. ``tile_count`` tells whether the tiles ran. Each set
+of vectors the CPU has (AVX-512F, AVX2) runs its own shapes, which cover every tile height and
+panel width, masked columns, short sums and long ones (cut in blocks), operands read
+transposed, a transposed B copied into rows (by one thread, by all, or by each for its own
+columns), padded rows, and the shares over the BLAS's pool by rows and by columns.
 """
 
 from __future__ import annotations
@@ -15,12 +16,25 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from pytapp import Handle, TensorInfo, TensorProduct
+from pytapp import Handle, TappError, TensorInfo, TensorProduct
 from pytapp.kernels import program
 
-tiles_run = pytest.mark.skipif(
-    not (program.available() and program.blas_available() and program.use_tiles(True)),
-    reason="no compiled executor, or a CPU without AVX-512F: the BLAS runs every GEMM")
+compiled = pytest.mark.skipif(not (program.available() and program.blas_available()),
+                              reason="the compiled extension pytapp._cexec was not built")
+
+
+def _runs(isa: str) -> bool:
+    runs = program.available() and program.blas_available() and program.use_tiles(isa) == isa
+    program.use_tiles(True)
+    return runs
+
+
+#: The sets of vectors the tiles come in, and whether this CPU runs each.
+ISAS = {isa: _runs(isa) for isa in ("avx512", "avx2")}
+
+
+def _needs(isa: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not ISAS[isa], reason=f"no compiled executor, or no {isa} here")
 
 
 @pytest.fixture(autouse=True)
@@ -40,10 +54,11 @@ def _padded(x: np.ndarray, pad: int) -> np.ndarray:
     return wide[:, :x.shape[1]]
 
 
-def _run(equation: str, m: int, n: int, k: int, dtype: type, with_c: bool,
+def _run(isa: str, equation: str, m: int, n: int, k: int, dtype: type, with_c: bool,
          pad: int = 0) -> int:
     """Run ``equation`` (A, B of 2 labels each, D ``ij``) on the blas backend with the tiles
-    on and off, check both against numpy.einsum; return the tiles' count of the first run."""
+    of ``isa`` and with none, check both against numpy.einsum; return the tiles' count of the
+    first run."""
     (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
     dims = {"i": m, "j": n, "k": k}
     a = _padded(_ints(tuple(dims[c] for c in la), dtype, 1), pad)
@@ -54,8 +69,8 @@ def _run(equation: str, m: int, n: int, k: int, dtype: type, with_c: bool,
     if c is not None:
         want += beta * c.astype(np.float64)
     counts = []
-    for on in (True, False):
-        program.use_tiles(on)
+    for on in (isa, False):
+        assert program.use_tiles(on) == (on or "")
         d = _padded(np.full((m, n), np.nan, dtype=dtype), pad)
         plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), la,
                              TensorInfo.from_array(b), lb,
@@ -71,47 +86,76 @@ def _run(equation: str, m: int, n: int, k: int, dtype: type, with_c: bool,
     return counts[0]
 
 
-@tiles_run
-@pytest.mark.parametrize("with_c", [False, True])
-@pytest.mark.parametrize(("equation", "m", "n", "k", "dtype", "pad"), [
-    ("ik,kj->ij", 25, 16, 70, np.float32, 0),     # one whole vector, tiles of 12 rows: 9, 8, 8
-    ("ik,kj->ij", 13, 40, 20, np.float32, 3),     # 3 vectors, the last masked; a short sum
-    ("ki,kj->ij", 1024, 64, 64, np.float32, 0),   # A read transposed; rows shared out
-    ("ik,kj->ij", 65, 200, 273, np.float32, 1),   # panels 4, 3, 3, 3; columns shared out
-    ("ki,kj->ij", 280, 34, 200, np.float64, 0),   # panels 3 and 2, the last masked
-    ("ik,kj->ij", 7, 8, 300, np.float64, 2),      # one whole F64 vector, 7 rows
-    ("ik,kj->ij", 100, 24, 18, np.float64, 0),    # 3 vectors of F64, tiles of 7 rows
-    ("ik,jk->ij", 200, 48, 30, np.float32, 5),    # B transposed, copied into rows
-    ("ki,jk->ij", 64, 96, 100, np.float64, 0),    # both transposed, B copied
-    ("ik,kj->ij", 2, 64, 64, np.float32, 0),      # two rows
-    ("ik,kj->ij", 64, 128, 1300, np.float32, 0),  # a long sum in blocks (512, 512, 276)
-    ("ki,jk->ij", 96, 40, 1100, np.float64, 1),   # the same, B copied
-])
-def test_tiled_gemms_match_numpy(equation: str, m: int, n: int, k: int, dtype: type, pad: int,
-                                 with_c: bool) -> None:
-    assert _run(equation, m, n, k, dtype, with_c, pad) == 1
-
-
-@tiles_run
-@pytest.mark.parametrize(("equation", "m", "n", "k", "dtype"), [
-    ("ik,kj->ij", 64, 5, 32, np.float32),      # 5 of 16 lanes would work
-    ("ik,kj->ij", 64, 13, 32, np.float32),     # a single masked vector
+#: Shapes the tiles take, by vectors: (equation, m, n, k, dtype, padding of rows).
+TAKEN = {
+    "avx512": [  # 16 F32 or 8 F64 lanes; tiles of 12, 8, 7, 6 rows by 1-4 vectors
+        ("ik,kj->ij", 25, 16, 170, np.float32, 0),    # one whole vector, tiles of 9, 8, 8 rows
+        ("ik,kj->ij", 13, 40, 130, np.float32, 3),    # 3 vectors, the last masked
+        ("ik,kj->ij", 1100, 40, 24, np.float32, 0),   # a short sum over many rows
+        ("ki,kj->ij", 1024, 64, 64, np.float32, 0),   # A read transposed; rows shared out
+        ("ik,kj->ij", 65, 200, 273, np.float32, 1),   # panels 4, 3, 3, 3; columns shared out
+        ("ki,kj->ij", 280, 34, 200, np.float64, 0),   # panels 3 and 2, the last masked
+        ("ik,kj->ij", 7, 8, 300, np.float64, 2),      # one whole F64 vector, 7 rows
+        ("ik,kj->ij", 100, 24, 180, np.float64, 0),   # 3 vectors of F64, tiles of 7 rows
+        ("ik,jk->ij", 200, 48, 130, np.float32, 5),   # B transposed, copied into rows
+        ("ik,jk->ij", 200, 48, 400, np.float32, 0),   # the same, copied by every worker
+        ("ik,jk->ij", 70, 100, 300, np.float64, 0),   # each worker copies its own columns
+        ("ki,jk->ij", 64, 96, 160, np.float64, 0),    # both transposed, B copied
+        ("ki,jk->ij", 73, 8, 1663, np.float64, 0),    # one vector: short runs of rows shared
+        ("ik,kj->ij", 2, 64, 200, np.float32, 0),     # two rows
+        ("ik,kj->ij", 64, 128, 1300, np.float32, 0),  # a long sum in blocks (512, 512, 276)
+        ("ki,jk->ij", 96, 40, 1100, np.float64, 1),   # the same, B copied
+    ],
+    "avx2": [  # 8 F32 or 4 F64 lanes; tiles of 12, 6, 4 rows by 1-3 vectors
+        ("ik,kj->ij", 25, 8, 170, np.float32, 0),     # one whole vector, tiles of 9, 8, 8 rows
+        ("ik,kj->ij", 13, 20, 130, np.float32, 3),    # 3 vectors, the last masked
+        ("ik,kj->ij", 50, 30, 200, np.float32, 0),    # panels 2 and 2, tiles of 6 rows
+        ("ik,kj->ij", 1100, 40, 24, np.float32, 0),   # a short sum over many rows
+        ("ki,kj->ij", 1024, 64, 64, np.float32, 0),   # A read transposed; rows shared out
+        ("ik,kj->ij", 65, 200, 273, np.float32, 1),   # columns shared out
+        ("ki,kj->ij", 280, 18, 200, np.float64, 0),   # panels 3 and 2, the last masked
+        ("ik,kj->ij", 7, 4, 300, np.float64, 2),      # one whole F64 vector, 7 rows
+        ("ik,jk->ij", 200, 24, 130, np.float32, 5),   # B transposed, copied into rows
+        ("ik,jk->ij", 70, 100, 300, np.float64, 0),   # each worker copies its own columns
+        ("ki,jk->ij", 96, 40, 1100, np.float64, 1),   # a long sum in blocks, B copied
+        ("ik,kj->ij", 64, 128, 1300, np.float32, 0),  # a long sum in blocks (512, 512, 276)
+    ],
+}
+#: Shapes every set of vectors leaves to the BLAS.
+LEFT = [
+    ("ik,kj->ij", 64, 5, 256, np.float32),     # 5 of 8 or 16 lanes would work
+    ("ik,kj->ij", 64, 13, 256, np.float32),    # a single masked vector (or two, one masked)
+    ("ik,kj->ij", 64, 64, 32, np.float32),     # a short sum of a small product
     ("ik,kj->ij", 64, 200, 2048, np.float32),  # a B of 1.6 MB, too wide to cut its sum
     ("ik,jk->ij", 200, 128, 8200, np.float32),  # a transposed B too large to copy
-    ("ik,jk->ij", 16, 64, 32, np.float64),     # a transposed B for too few rows to copy it
-])
-def test_gemms_the_tiles_leave_to_the_blas(equation: str, m: int, n: int, k: int,
+    ("ik,jk->ij", 16, 64, 256, np.float64),    # a transposed B for too few rows to copy it
+]
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+@pytest.mark.parametrize(("isa", "equation", "m", "n", "k", "dtype", "pad"), [
+    pytest.param(isa, *case, marks=_needs(isa)) for isa in ISAS for case in TAKEN[isa]])
+def test_tiled_gemms_match_numpy(isa: str, equation: str, m: int, n: int, k: int, dtype: type,
+                                 pad: int, with_c: bool) -> None:
+    assert _run(isa, equation, m, n, k, dtype, with_c, pad) == 1
+
+
+@pytest.mark.parametrize("isa", [pytest.param(isa, marks=_needs(isa)) for isa in ISAS])
+@pytest.mark.parametrize(("equation", "m", "n", "k", "dtype"), LEFT)
+def test_gemms_the_tiles_leave_to_the_blas(isa: str, equation: str, m: int, n: int, k: int,
                                            dtype: type) -> None:
-    assert _run(equation, m, n, k, dtype, with_c=True) == 0
+    assert _run(isa, equation, m, n, k, dtype, with_c=True) == 0
 
 
 def test_use_tiles_reports_what_runs() -> None:
-    assert program.use_tiles(False) is False
-    assert program.use_tiles(True) in (True, False)
+    assert program.use_tiles(False) == ""
+    assert program.use_tiles(True) in ("avx512", "avx2", "")
+    assert program.use_tiles("avx2") in ("avx2", "")
+    with pytest.raises(TappError, match="use_tiles takes"):
+        program.use_tiles("sse")  # type: ignore[arg-type]
 
 
-@pytest.mark.skipif(not (program.available() and program.blas_available()),
-                    reason="the compiled extension pytapp._cexec was not built")
+@compiled
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize(("batch", "rows"), [(8, 150), (3, 300)])
 @pytest.mark.parametrize("with_c", [False, True])

@@ -30,12 +30,13 @@ import importlib
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
+from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
            "half_copy", "layout_key", "packed_gemm", "pool_map", "summed_gemm",
@@ -285,29 +286,47 @@ def _register_blas() -> bool:
                 vectors = [0] * 4
             if all(addresses):
                 _cexec.set_blas(*addresses, ilp64, *vectors)
-                _cexec.set_tiles(os.environ.get("PYTAPP_TILES", "1").strip() != "0")
+                use_tiles(_TILE_SETTINGS.get(os.environ.get("PYTAPP_TILES", "1").strip().lower(),
+                                             True))
                 _register_threads(lib)
                 return True
     return False
 
 
-def use_tiles(on: bool) -> bool:
+#: The vectors of the register tiles, by ``_cexec.set_tiles``'s number.
+_TILE_ISAS = ("", "avx2", "avx512")
+#: ``PYTAPP_TILES`` values and what they ask of :func:`use_tiles`.
+_TILE_SETTINGS: dict[str, bool | Literal["avx2", "avx512"]] = {
+    "0": False, "off": False, "1": True, "on": True, "avx2": "avx2", "avx512": "avx512"}
+
+
+def use_tiles(on: bool | Literal["avx2", "avx512"] = True) -> str:
     """Run the real GEMMs that fit on the executor's register tiles (on by default).
 
-    The tiles (``_tilegemm.c``, AVX-512F) compute F32/F64 GEMMs with a small side (a B of at
-    most 256 KiB, or of at most 128 columns) from the operands where they lie, where the BLAS
-    packs both first; the BLAS runs the rest. ``PYTAPP_TILES=0`` in the environment switches
-    them off at start-up (for comparisons). Returns whether they now run: ``False`` when
-    switched off, on a CPU without AVX-512F, or without the compiled executor.
+    The tiles (``_tilegemm.c``) compute F32/F64 GEMMs with a small side (a B of at most an
+    eighth of the core's L2 cache, 256 KiB at most, or of at most 128 columns) from the operands
+    where they lie, where the BLAS packs both first; the BLAS runs the rest. They run on the
+    widest vectors the CPU has, AVX-512F or AVX2 with FMA. ``on``: ``True`` for those,
+    ``False`` for none, ``"avx2"`` or ``"avx512"`` for at most those (comparisons, tests).
+    ``PYTAPP_TILES`` in the environment (``0``, ``1``, ``avx2``, ``avx512``) sets it at
+    start-up. Returns the vectors the tiles now run on: ``"avx512"``, ``"avx2"``, or ``""``
+    when switched off, on a CPU with neither, or without the compiled executor.
 
     Examples
     --------
-    >>> before = use_tiles(False); use_tiles(True) in (True, False)
+    >>> use_tiles(False)
+    ''
+    >>> use_tiles(True) in ("avx512", "avx2", "")
     True
     """
+    cap = {False: 0, True: 2}.get(on, -1) if isinstance(on, bool) else (
+        _TILE_ISAS.index(on) if on in _TILE_ISAS[1:] else -1)
+    if cap < 0:
+        raise error_for(ErrorCode.UNSUPPORTED,
+                        f"use_tiles takes True, False, 'avx2' or 'avx512', not {on!r}")
     if _cexec is None:
-        return False
-    return bool(_cexec.set_tiles(on))
+        return ""
+    return _TILE_ISAS[int(_cexec.set_tiles(cap))]
 
 
 def tile_count() -> int:
