@@ -241,6 +241,10 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         }                                                                                       \
     }
 
+/* Terms per block of an element's sum: each block's sum (in four running sums) goes into the
+ * element's total, so that a long sum loses no more accuracy than blocked dots do. */
+#define SUM_BLOCK 256
+
 /* Before each summed element of a row sum: once BLOCK have been added into the N values of
  * ACC, they go into the row's totals TOT and ACC starts again (COUNT: elements in the block). */
 #define ROW_BLOCK_FLUSH(ACC, TOT, N, COUNT, BLOCK)                                               \
@@ -318,15 +322,17 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
             T acc = 0;                                                                          \
             if (nl > nout) {                                                                    \
                 /* four running sums: one would wait on each addition's latency */             \
-                T acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;                                       \
+                T acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0, tot = 0;                              \
                 npy_intp jdx[MAXL]; /* only the summed labels' counters are used */             \
                 for (int l_ = nout; l_ < nl - 1; ++l_) jdx[l_] = 0;                             \
-                npy_intp q[2] = {o[0], o[1]};                                                   \
+                npy_intp q[2] = {o[0], o[1]}, since = 0;                                        \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
                     const char *pa = A + q[0], *pb = B + q[1];                                  \
-                    npy_intp i = 0;                                                             \
-                    for (; i + 4 <= e_in; i += 4) {                                             \
+                    for (npy_intp i0 = 0; i0 < e_in; i0 += SUM_BLOCK) {                         \
+                    const npy_intp i1 = e_in - i0 < SUM_BLOCK ? e_in : i0 + SUM_BLOCK;          \
+                    npy_intp i = i0;                                                            \
+                    for (; i + 4 <= i1; i += 4) {                                               \
                         acc0 += *(const T *)(pa + i * sa_in) * *(const T *)(pb + i * sb_in);    \
                         acc1 += *(const T *)(pa + (i + 1) * sa_in) *                            \
                                 *(const T *)(pb + (i + 1) * sb_in);                             \
@@ -335,11 +341,16 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
                         acc3 += *(const T *)(pa + (i + 3) * sa_in) *                            \
                                 *(const T *)(pb + (i + 3) * sb_in);                             \
                     }                                                                           \
-                    for (; i < e_in; ++i)                                                       \
+                    for (; i < i1; ++i)                                                         \
                         acc0 += *(const T *)(pa + i * sa_in) * *(const T *)(pb + i * sb_in);    \
+                    if ((since += i1 - i0) >= SUM_BLOCK) {                                      \
+                        tot += (acc0 + acc1) + (acc2 + acc3);                                   \
+                        acc0 = acc1 = acc2 = acc3 = 0, since = 0;                               \
+                    }                                                                           \
+                    }                                                                           \
                     ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                      \
                 }                                                                               \
-                acc = (acc0 + acc1) + (acc2 + acc3);                                            \
+                acc = tot + ((acc0 + acc1) + (acc2 + acc3));                                    \
             } else {                                                                            \
                 acc = *(const T *)(A + o[0]) * *(const T *)(B + o[1]);                          \
             }                                                                                   \
@@ -530,14 +541,17 @@ REAL_KERNELS(f64, double)
             T accr = 0, acci = 0;                                                               \
             if (nl > nout) {                                                                    \
                 T r0 = 0, i0 = 0, r1 = 0, i1 = 0; /* two running sums of each part */           \
+                T totr = 0, toti = 0;                                                           \
                 npy_intp jdx[MAXL]; /* only the summed labels' counters are used */             \
                 for (int l_ = nout; l_ < nl - 1; ++l_) jdx[l_] = 0;                             \
-                npy_intp q[2] = {o[0], o[1]};                                                   \
+                npy_intp q[2] = {o[0], o[1]}, since = 0;                                        \
                 int inner_done = 0;                                                             \
                 while (!inner_done) {                                                           \
                     const char *pa = A + q[0], *pb = B + q[1];                                  \
-                    npy_intp i = 0;                                                             \
-                    for (; i + 2 <= e_in; i += 2) {                                             \
+                    for (npy_intp j0 = 0; j0 < e_in; j0 += SUM_BLOCK) {                         \
+                    const npy_intp j1 = e_in - j0 < SUM_BLOCK ? e_in : j0 + SUM_BLOCK;          \
+                    npy_intp i = j0;                                                            \
+                    for (; i + 2 <= j1; i += 2) {                                               \
                         const T *x = (const T *)(pa + i * sa_in);                               \
                         const T *y = (const T *)(pb + i * sb_in);                               \
                         const T *u = (const T *)(pa + (i + 1) * sa_in);                         \
@@ -549,17 +563,22 @@ REAL_KERNELS(f64, double)
                         r1 += CMUL_RE(ur, ui, vr, vi);                                          \
                         i1 += CMUL_IM(ur, ui, vr, vi);                                          \
                     }                                                                           \
-                    for (; i < e_in; ++i) {                                                     \
+                    for (; i < j1; ++i) {                                                       \
                         const T *x = (const T *)(pa + i * sa_in);                               \
                         const T *y = (const T *)(pb + i * sb_in);                               \
                         const T xr = x[0], xi = sa * x[1], yr = y[0], yi = sb * y[1];           \
                         r0 += CMUL_RE(xr, xi, yr, yi);                                          \
                         i0 += CMUL_IM(xr, xi, yr, yi);                                          \
                     }                                                                           \
+                    if ((since += j1 - j0) >= SUM_BLOCK) {                                      \
+                        totr += r0 + r1, toti += i0 + i1;                                       \
+                        r0 = i0 = r1 = i1 = 0, since = 0;                                       \
+                    }                                                                           \
+                    }                                                                           \
                     ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                      \
                 }                                                                               \
-                accr = r0 + r1;                                                                 \
-                acci = i0 + i1;                                                                 \
+                accr = totr + (r0 + r1);                                                        \
+                acci = toti + (i0 + i1);                                                        \
             } else {                                                                            \
                 const T *x = (const T *)(A + o[0]);                                             \
                 const T *y = (const T *)(B + o[1]);                                             \

@@ -249,3 +249,30 @@ def test_long_sums_down_columns_are_as_accurate_as_numpy(dtype: Any) -> None:
     err = _relative_error(d, exact)
     numpy_err = _relative_error(np.einsum("ji,ji->i", a, b), exact)
     assert err <= 2 * max(numpy_err, float(np.finfo(dtype).eps) / 2), (err, numpy_err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("rows", [0, ROWS])
+def test_long_strided_sums_are_as_accurate_as_numpy(dtype: Any, rows: int) -> None:
+    """Long sums that stride through B (stored column-major): the compiled loop nest sums each
+    element of D in blocks whose sums it adds up, never one running sum of every term.
+
+    numpy.einsum adds the terms in A's memory order; the blocked sums must be at least as
+    accurate (and the product must run as that loop nest, or the test tests something else).
+    """
+    n1, n2 = 129, 131
+    case = "rows" if rows else "dot"
+    a, b, exact = _case(case, n1 * n2, dtype, np.random.default_rng(26))
+    shape = (rows, n1, n2) if rows else (n1, n2)
+    a = a.reshape(shape)
+    b = np.asfortranarray(b.reshape(shape))  # same values, B's sums stride through memory
+    la, ld = ("ijk", "i") if rows else ("jk", "")
+    infos = [TensorInfo.from_array(x) for x in (a, b)]
+    d = np.empty(shape[:1] if rows else (), dtype=dtype)
+    plan = TensorProduct(Handle("blas"), infos[0], la, infos[1], la, None, None,
+                         TensorInfo.from_array(d), ld)
+    status = plan.execute(1, a, b, 0, None, d)
+    assert "compiled: loop nest" in status.algorithm, status.algorithm
+    err = _relative_error(d, exact)
+    numpy_err = _relative_error(np.einsum(f"{la},{la}->{ld}", a, b), exact)
+    assert err <= 2 * max(numpy_err, float(np.finfo(dtype).eps) / 2), (err, numpy_err)
