@@ -97,6 +97,8 @@ TAKEN = {
         ("ki,kj->ij", 280, 34, 200, np.float64, 0),   # panels 3 and 2, the last masked
         ("ik,kj->ij", 7, 8, 300, np.float64, 2),      # one whole F64 vector, 7 rows
         ("ik,kj->ij", 100, 24, 180, np.float64, 0),   # 3 vectors of F64, tiles of 7 rows
+        ("ik,kj->ij", 100, 32, 200, np.float32, 0),   # two whole vectors, tiles of 8 rows
+        ("ik,kj->ij", 64, 14, 300, np.float64, 1),    # two vectors, the last masked
         ("ik,jk->ij", 200, 48, 130, np.float32, 5),   # B transposed, copied into rows
         ("ik,jk->ij", 200, 48, 400, np.float32, 0),   # the same, copied by every worker
         ("ik,jk->ij", 70, 100, 300, np.float64, 0),   # each worker copies its own columns
@@ -115,6 +117,8 @@ TAKEN = {
         ("ik,kj->ij", 65, 200, 273, np.float32, 1),   # columns shared out
         ("ki,kj->ij", 280, 18, 200, np.float64, 0),   # panels 3 and 2, the last masked
         ("ik,kj->ij", 7, 4, 300, np.float64, 2),      # one whole F64 vector, 7 rows
+        ("ik,kj->ij", 50, 16, 200, np.float32, 0),    # two whole vectors, tiles of 6 rows
+        ("ik,kj->ij", 30, 6, 300, np.float64, 1),     # two vectors, the last masked
         ("ik,jk->ij", 200, 24, 130, np.float32, 5),   # B transposed, copied into rows
         ("ik,jk->ij", 70, 100, 300, np.float64, 0),   # each worker copies its own columns
         ("ki,jk->ij", 96, 40, 1100, np.float64, 1),   # a long sum in blocks, B copied
@@ -124,7 +128,7 @@ TAKEN = {
 #: Shapes every set of vectors leaves to the BLAS.
 LEFT = [
     ("ik,kj->ij", 64, 5, 256, np.float32),     # 5 of 8 or 16 lanes would work
-    ("ik,kj->ij", 64, 13, 256, np.float32),    # a single masked vector (or two, one masked)
+    ("ik,kj->ij", 64, 11, 256, np.float32),    # a single masked vector (or 11 of 16 lanes)
     ("ik,kj->ij", 64, 64, 32, np.float32),     # a short sum of a small product
     ("ik,kj->ij", 64, 200, 2048, np.float32),  # a B of 1.6 MB, too wide to cut its sum
     ("ik,jk->ij", 200, 128, 8200, np.float32),  # a transposed B too large to copy
