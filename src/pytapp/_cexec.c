@@ -2127,9 +2127,9 @@ static unsigned long long g_tile_count = 0;
 #define TILE_COPY_SPLIT_MIN (64 * 1024)
 
 typedef struct {
-    int item, ta;
+    int dt, ta, conj_b;
     int64_t m, n, k, lda, ldb, ldd;
-    double al, be;
+    double al[2], be[2];
     const char *A, *B;
     char *D, *rows; /* rows: where this worker copies its columns of a transposed B, or NULL */
     int64_t ldr;     /* their row stride; copy_only: the worker only copies */
@@ -2142,12 +2142,11 @@ static void tile_task(void *arg) {
     const char *B = j->B;
     int64_t ldb = j->ldb;
     if (j->rows) {
-        tile_transpose(j->item, B, ldb, j->n, j->k, j->rows, j->ldr);
+        tile_transpose(j->dt, j->conj_b, B, ldb, j->n, j->k, j->rows, j->ldr);
         if (j->copy_only) return;
         B = j->rows, ldb = j->ldr;
     }
-    tile_gemm(j->item, j->ta, j->m, j->n, j->k, j->al, j->A, j->lda, B, ldb, j->be, j->D,
-              j->ldd);
+    tile_gemm(j->dt, j->ta, j->m, j->n, j->k, j->al, j->A, j->lda, B, ldb, j->be, j->D, j->ldd);
 }
 
 /* A real GEMM on the register tiles (_tilegemm.c), its rows shared out over the BLAS's pool
@@ -2157,9 +2156,9 @@ static void tile_task(void *arg) {
 static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, cval al,
                     const char *L, int64_t lda, const char *R, int64_t ldb, cval be, char *D,
                     int64_t ldd) {
-    if (dtype != DT_F32 && dtype != DT_F64) return 0;
-    const int item = dtype == DT_F32 ? 4 : 8;
-    if (!tile_fits(item, tb, m, n, k)) return 0;
+    if (!tile_fits(dtype, tb, m, n, k)) return 0; /* the executor's DT_ are the tiles' TILE_ */
+    const int64_t item = tile_item(dtype);
+    const int conj_b = tb == CONJ_TRANS;
     char *rows = NULL;
     if (tb != NO_TRANS) {
         rows = tile_buffer((size_t)(k * n * item));
@@ -2167,7 +2166,7 @@ static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     }
     /* workers share D's rows where there are enough, else its columns (whole vectors), else
      * (a single vector) shorter runs of rows */
-    const int64_t lanes = tile_lanes(item), vectors = (n + lanes - 1) / lanes;
+    const int64_t lanes = tile_lanes(dtype), vectors = (n + lanes - 1) / lanes;
     const int64_t row_shares = m / tile_rows_min() >= 2 || vectors > 1
                                    ? m / tile_rows_min() : m / (tile_rows_min() / 3);
     const int big = m * n * k >= TILE_SPLIT_MIN, by_rows = row_shares >= 2;
@@ -2177,9 +2176,10 @@ static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, 
         const int copiers = workers > 1 && k * n * item >= TILE_COPY_SPLIT_MIN ? workers : 1;
         for (int w = 0; w < copiers; ++w) {
             const int64_t start = n * w / copiers;
-            jobs[w] = (TileJob){.item = item, .m = 1, .n = n * (w + 1) / copiers - start, .k = k,
-                                .ldb = ldb, .B = R + start * ldb * item,
-                                .rows = rows + start * item, .ldr = n, .copy_only = 1};
+            jobs[w] = (TileJob){.dt = dtype, .conj_b = conj_b, .m = 1, .k = k, .ldb = ldb,
+                                .n = n * (w + 1) / copiers - start,
+                                .B = R + start * ldb * item, .rows = rows + start * item,
+                                .ldr = n, .copy_only = 1};
         }
         if (copiers > 1) g_pool_run(copiers, (void *)tile_task, jobs, (int)sizeof(TileJob));
         else tile_task(jobs);
@@ -2188,8 +2188,9 @@ static int tile_run(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, 
     for (int w = 0; w < workers; ++w) {
         TileJob *j = &jobs[w];
         j->copy_only = 0;
-        j->item = item, j->ta = ta, j->m = m, j->n = n, j->k = k;
-        j->lda = lda, j->ldb = ldb, j->ldd = ldd, j->al = al.re, j->be = be.re;
+        j->dt = dtype, j->ta = ta, j->conj_b = conj_b, j->m = m, j->n = n, j->k = k;
+        j->lda = lda, j->ldb = ldb, j->ldd = ldd;
+        j->al[0] = al.re, j->al[1] = al.im, j->be[0] = be.re, j->be[1] = be.im;
         j->A = L, j->B = R, j->D = D, j->rows = NULL;
         if (by_rows) {
             const int64_t start = m * w / workers, stop = m * (w + 1) / workers;

@@ -6,7 +6,8 @@ both must equal numpy.einsum in float64. ``tile_count`` tells whether the tiles 
 of vectors the CPU has (AVX-512F, AVX2) runs its own shapes, which cover every tile height and
 panel width, masked columns, short sums and long ones (cut in blocks), operands read
 transposed, a transposed B copied into rows (by one thread, by all, or by each for its own
-columns), padded rows, and the shares over the BLAS's pool by rows and by columns.
+columns), padded rows, and the shares over the BLAS's pool by rows and by columns. Complex
+tiles (AVX-512) run on Gaussian integers with complex alpha and beta, A and B conjugated or not.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from pytapp import Handle, TappError, TensorInfo, TensorProduct
+from pytapp import ElementOp, Handle, TappError, TensorInfo, TensorProduct
 from pytapp.kernels import program
 
 compiled = pytest.mark.skipif(not (program.available() and program.blas_available()),
@@ -187,3 +188,63 @@ def test_large_batches_of_gemms_shared_out_by_the_executor(dtype: type, batch: i
         want += beta * c.astype(wide)
     np.testing.assert_array_equal(d.astype(wide), want)
     assert np.isnan(d.base[:, :, 48:]).all()
+
+
+#: Complex shapes the AVX-512 tiles take (4 C128 or 8 C64 lanes; tiles of 12, 6, 4 rows by
+#: 1-3 vectors): (equation, m, n, k, dtype, A conjugated, B conjugated).
+COMPLEX = [
+    ("ik,kj->ij", 25, 4, 170, np.complex128, False, False),   # one whole vector, 9, 8, 8 rows
+    ("ik,kj->ij", 30, 8, 40, np.complex128, False, False),    # two vectors, a short sum
+    ("ki,kj->ij", 64, 11, 300, np.complex128, True, False),   # 3 vectors, the last masked; A^H
+    ("ik,kj->ij", 50, 22, 130, np.complex64, False, False),   # 3 C64 vectors, the last masked
+    ("ki,kj->ij", 1024, 16, 64, np.complex64, True, False),   # A^H; rows shared out
+    ("ik,jk->ij", 100, 24, 150, np.complex128, False, True),  # B^H copied into rows
+    ("ki,jk->ij", 70, 40, 300, np.complex64, True, True),     # both, columns shared out
+    ("ik,kj->ij", 40, 12, 1100, np.complex128, False, False),  # a long sum in blocks
+]
+
+
+@pytest.mark.parametrize(("equation", "m", "n", "k", "dtype", "conj_a", "conj_b"), [
+    pytest.param(*case, marks=_needs("avx512")) for case in COMPLEX])
+def test_complex_tiles_match_numpy(equation: str, m: int, n: int, k: int, dtype: type,
+                                   conj_a: bool, conj_b: bool) -> None:
+    (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
+    dims = {"i": m, "j": n, "k": k}
+    rng = np.random.default_rng(m)
+
+    def gaussian_ints(labels: str) -> np.ndarray:
+        shape = tuple(dims[ch] for ch in labels)
+        return (rng.integers(-4, 5, shape) + 1j * rng.integers(-4, 5, shape)).astype(dtype)
+
+    a, b, c = gaussian_ints(la), gaussian_ints(lb), gaussian_ints(ld)
+    alpha, beta = 2 - 1j, 1 + 2j
+    want = alpha * np.einsum(equation, np.conj(a) if conj_a else a,
+                             np.conj(b) if conj_b else b) + beta * c.astype(np.complex128)
+    ops = {"op_a": ElementOp.CONJUGATE if conj_a else ElementOp.IDENTITY,
+           "op_b": ElementOp.CONJUGATE if conj_b else ElementOp.IDENTITY}
+    counts = []
+    for on in ("avx512", False):
+        program.use_tiles(on)
+        d = np.full((m, n), np.nan, dtype=dtype)
+        plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), la,
+                             TensorInfo.from_array(b), lb, TensorInfo.from_array(c), ld,
+                             TensorInfo.from_array(d), ld, **ops)
+        before = program.tile_count()
+        plan.execute(alpha, a, b, beta, c, d)
+        counts.append(program.tile_count() - before)
+        np.testing.assert_array_equal(d.astype(np.complex128), want)
+    assert counts == [1, 0]
+
+
+@pytest.mark.skipif(not ISAS["avx2"], reason="no compiled executor, or no avx2 here")
+def test_complex_gemms_are_left_to_the_blas_on_avx2() -> None:
+    a = np.ones((64, 300), dtype=np.complex128) * (1 + 2j)
+    b = np.ones((300, 16), dtype=np.complex128)
+    d = np.empty((64, 16), dtype=np.complex128)
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), "ik", TensorInfo.from_array(b),
+                         "kj", None, None, TensorInfo.from_array(d), "ij")
+    program.use_tiles("avx2")
+    before = program.tile_count()
+    plan.execute(1, a, b, 0, None, d)
+    assert program.tile_count() == before
+    np.testing.assert_array_equal(d, np.full((64, 16), 300 + 600j))

@@ -301,9 +301,10 @@ _TILE_SETTINGS: dict[str, bool | Literal["avx2", "avx512"]] = {
 
 
 def use_tiles(on: bool | Literal["avx2", "avx512"] = True) -> str:
-    """Run the real GEMMs that fit on the executor's register tiles (on by default).
+    """Run the GEMMs that fit on the executor's register tiles (on by default).
 
-    The tiles (``_tilegemm.c``) compute F32/F64 GEMMs with a small side (a B of at most an
+    The tiles (``_tilegemm.c``) compute F32/F64 GEMMs (and, on AVX-512, C64/C128 ones, A
+    conjugated or not) with a small side (a B of at most an
     eighth of the core's L2 cache, 256 KiB at most, or of at most 128 columns) from the operands
     where they lie, where the BLAS packs both first; the BLAS runs the rest. They run on the
     widest vectors the CPU has, AVX-512F or AVX2 with FMA. ``on``: ``True`` for those,
