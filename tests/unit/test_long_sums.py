@@ -276,3 +276,24 @@ def test_long_strided_sums_are_as_accurate_as_numpy(dtype: Any, rows: int) -> No
     err = _relative_error(d, exact)
     numpy_err = _relative_error(np.einsum(f"{la},{la}->{ld}", a, b), exact)
     assert err <= 2 * max(numpy_err, float(np.finfo(dtype).eps) / 2), (err, numpy_err)
+
+
+@pytest.mark.parametrize(("equation", "shapes", "route"), [
+    # free labels (c, d): one GEMM over the 4608-term sums, not the loop nest's runs of 2
+    ("gcbf,fbgd->cd", [(96, 2, 24, 2), (2, 24, 96, 7)], "compiled: ttgt"),
+    # a full dot whose sums run 2 terms at a time in A: blas's copy and dot
+    ("abcd,dcba->", [(64, 48, 40, 2), (2, 40, 48, 64)], "dot"),
+    # the same dot in runs of 64: the loop nest
+    ("abcd,dcba->", [(2, 48, 40, 64), (64, 40, 48, 2)], "compiled: loop nest"),
+])
+def test_long_strided_sums_take_the_faster_route(equation: str, shapes: list[tuple[int, ...]],
+                                                 route: str) -> None:
+    rng = np.random.default_rng(27)
+    a, b = (rng.integers(-4, 5, s).astype(np.float64) for s in shapes)
+    (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
+    d = np.empty(tuple(dict(zip(la + lb, (*a.shape, *b.shape), strict=True))[ch] for ch in ld))
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), la, TensorInfo.from_array(b),
+                         lb, None, None, TensorInfo.from_array(d), ld)
+    status = plan.execute(1, a, b, 0, None, d)
+    assert route in status.algorithm, status.algorithm
+    np.testing.assert_array_equal(d, np.einsum(equation, a, b))

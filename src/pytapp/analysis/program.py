@@ -62,11 +62,17 @@ LOOP_MAX_ELEMENTWISE = 1 << 24
 #: 393k F32 ones 0.20 -> 0.06 ms, 512k F64 ones 0.49 -> 0.25 ms.
 LOOP_MAX_DOTS = 1 << 21
 #: ... with sums of at most this many terms each, where each sum streams through both operands
-#: (a library dot reads it in place, in vector registers). A sum that strides through either
-#: (``badc,bcda->d``) runs in the loop nest at any length, in blocks of 256 terms whose sums
-#: are added up (as accurate as blas's blocked dots): blas's route copies both operands first
-#: (77k F32 multiply-adds: 283 us where numpy.einsum's strided loop took 121).
+#: (a library dot reads it in place, in vector registers). Batched dots whose sums stride
+#: through either operand (``badc,bcda->d``) run in the loop nest at any length, in blocks of
+#: 256 terms whose sums are added up (as accurate as blas's blocked dots): blas's route copies
+#: both operands first (77k F32 multiply-adds: 283 us where numpy.einsum's strided loop took
+#: 121). Products with free labels keep their GEMMs (TTGT): ``gcbf,fbgd->cd`` (14 sums of 4608
+#: terms in runs of 2) took 21 us as one GEMM, 300-500 us in the loop nest.
 LOOP_MAX_DOT_TERMS = 1 << 10
+#: ... where the innermost loop sums at least this many terms (A's fastest summed label): over
+#: runs of 2 the loop nest spends its time stepping to the next run (``abcd,dcba->`` at
+#: 64x48x40x2, F64: 3.0 ms, blas's copy and dot 1.9).
+LOOP_DOT_RUN_MIN = 4
 #: Fewest elements of D's innermost label for which a loop nest sums row by row (_row_sums).
 ROW_SUM_MIN = 8
 #: Summed elements per block of a row-by-row sum; the block sums are then added up.
@@ -453,17 +459,26 @@ def _loop_limit(spec: ContractionSpec, summed: bool, rows: bool, strided: bool =
     route), run as loop nests up to :data:`LOOP_MAX_DOTS`: batched dots, and GEMV-like
     products whose matrices stride in both directions (``abcd,acd->adb``: 0.45 -> 0.04 ms);
     so do row-by-row sums, which stream both operands whatever the other routes. ``strided``:
-    sums longer than :data:`LOOP_MAX_DOT_TERMS` count as short where they stride through an
-    operand (the caller asks without it first where short rows are the alternative).
+    batched dots longer than :data:`LOOP_MAX_DOT_TERMS` count as short where they stride
+    through an operand in runs of :data:`LOOP_DOT_RUN_MIN` or more (the caller asks without it
+    first where short rows are the alternative).
     """
     if not summed:
         return LOOP_MAX_ELEMENTWISE
     cls = spec.classes
-    short = (rows or spec.size((*cls.P, *cls.IA, *cls.IB)) <= LOOP_MAX_DOT_TERMS
-             or (strided and not _sums_stream(spec)))
     dots = spec.size(cls.FA) == 1 and spec.size(cls.FB) == 1
+    short = (rows or spec.size((*cls.P, *cls.IA, *cls.IB)) <= LOOP_MAX_DOT_TERMS
+             or (strided and dots and not _sums_stream(spec)
+                 and _inner_run(spec) >= LOOP_DOT_RUN_MIN))
     return LOOP_MAX_DOTS if rows or (short and (dots or reducing_view_gemm(spec) is None)) \
         else LOOP_MAX_MADDS
+
+
+def _inner_run(spec: ContractionSpec) -> int:
+    """Terms the loop nest sums in its innermost loop: the extent of A's fastest summed label."""
+    a = dict(zip(spec.a.modes.labels, spec.a.modes.strides, strict=True))
+    summed = [x for x in spec.classes.P if spec.extent(x) > 1]
+    return spec.extent(min(summed, key=lambda x: abs(a[x]))) if summed else 1
 
 
 def _sums_stream(spec: ContractionSpec) -> bool:
