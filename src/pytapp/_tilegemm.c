@@ -48,6 +48,10 @@
  * prefetchers follow no stride of several KiB (F64 893x19x5314, A of 38 MB: 0.76x OpenBLAS's
  * speed without, 0.89x with). */
 #define TILE_PF 16
+/* ... where those rows hold more than this many bytes: a smaller A stays in the core's cache,
+ * where the prefetches only take issue slots (128 F64 GEMMs 128x128x64, A^T of 64 KB each:
+ * 2.5% slower with them). */
+#define TILE_PF_MIN (1 << 20)
 /* A transposed B is copied into rows only for at least this many rows of D times the item
  * (128 rows of F32, 64 of F64: the copy costs about what the tiles spend on a quarter of them),
  * and of at most TILE_COPY_MAX bytes (a buffer per thread, kept until the thread ends). */
@@ -126,7 +130,7 @@ int64_t tile_lanes(int dt) { return (tile_isa() == TILE_AVX512 ? 64 : 32) / tile
     const T *b = B, *a = A;                                                                   \
     for (int64_t p = 0; p < k; p++, b += ldb, a += sap) {                                     \
         /* A read across its rows: no hardware prefetcher follows such a stride */           \
-        if (sap != 1) PREFETCH_A(a, 1, T);                                                    \
+        if (pf) PREFETCH_A(a, 1, T);                                                          \
         V bv[NV];                                                                             \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                  \
             bv[v] = v == NV - 1 ? LOADL(b + W * v) : LOAD(b + W * v);                         \
@@ -151,10 +155,11 @@ int64_t tile_lanes(int dt) { return (tile_isa() == TILE_AVX512 ? 64 : 32) / tile
  * complex), alpha and beta (2 numbers: real and imaginary parts), A (its strides in numbers)
  * and the sign of its imaginary parts (-1: conjugated), B's and D's rows. */
 #define S_ARGS                                                                                \
-    int64_t k, int rem, const float *alpha2, const float *A, int64_t sai, int64_t sap,        \
+    int64_t k, int rem, int pf, const float *alpha2, const float *A, int64_t sai, int64_t sap,\
         float sa, const float *B, int64_t ldb, const float *beta2, float *D, int64_t ldd
 #define D_ARGS                                                                                \
-    int64_t k, int rem, const double *alpha2, const double *A, int64_t sai, int64_t sap,      \
+    int64_t k, int rem, int pf, const double *alpha2, const double *A, int64_t sai,          \
+        int64_t sap,                                                                          \
         double sa, const double *B, int64_t ldb, const double *beta2, double *D, int64_t ldd
 
 /* AVX-512: the last vector through a mask register (masked loads and stores cost nothing). */
@@ -234,7 +239,7 @@ TILES12(DTILE2, 1) TILES6(DTILE2, 2) TILES4(DTILE2, 3)
         }                                                                                     \
     const T *b = B, *a = A;                                                                   \
     for (int64_t p = 0; p < k; p++, b += 2 * ldb, a += 2 * sap) {                             \
-        if (sap != 1) PREFETCH_A(a, 2, T);                                                    \
+        if (pf) PREFETCH_A(a, 2, T);                                                          \
         V bv[NV];                                                                             \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                  \
             bv[v] = v == NV - 1 ? LOADL(b + W * v) : LOAD(b + W * v);                         \
@@ -263,10 +268,12 @@ TILES12(DTILE2, 1) TILES6(DTILE2, 2) TILES4(DTILE2, 3)
         }
 
 #define CS_ARGS                                                                               \
-    int64_t k, int crem, const float *alpha2, const float *A, int64_t sai, int64_t sap,       \
+    int64_t k, int crem, int pf, const float *alpha2, const float *A, int64_t sai,           \
+        int64_t sap,                                                                          \
         float sa, const float *B, int64_t ldb, const float *beta2, float *D, int64_t ldd
 #define CD_ARGS                                                                               \
-    int64_t k, int crem, const double *alpha2, const double *A, int64_t sai, int64_t sap,     \
+    int64_t k, int crem, int pf, const double *alpha2, const double *A, int64_t sai,         \
+        int64_t sap,                                                                          \
         double sa, const double *B, int64_t ldb, const double *beta2, double *D, int64_t ldd
 #define S512_SWAP(x) _mm512_permute_ps(x, 0xB1)
 #define D512_SWAP(x) _mm512_permute_pd(x, 0x55)
@@ -335,6 +342,8 @@ static const dtile_t cdtiles[NVMAX + 1][MR_MAX + 1] = CTABLE512(cdtile);
         if (d_block < block) block = d_block;                                                 \
         if (block < 1) block = 1;                                                             \
         const T one[2] = {(T)1, (T)0};                                                        \
+        /* A read across its rows, too large for the core's cache: fetched ahead */          \
+        const int pf = sap != 1 && kall * m * bytes > TILE_PF_MIN;                            \
         for (int64_t k0 = 0; k0 < kall; k0 += kc) { /* D sums the blocks of the sum */       \
             const int64_t k = kall - k0 < kc ? kall - k0 : kc;                                \
             const T *beta = k0 ? one : beta0, *A = A0 + Z * k0 * sap, *B = B0 + Z * k0 * ldb; \
@@ -347,7 +356,7 @@ static const dtile_t cdtiles[NVMAX + 1][MR_MAX + 1] = CTABLE512(cdtile);
                     const int rem = (int)(w - (nv - 1) * W); /* lanes of the last vector */  \
                     for (int64_t t = t0; t < t1; ++t) {                                       \
                         const int64_t i = m * t / tiles, mr = m * (t + 1) / tiles - i;        \
-                        TABLE[nv][mr](k, rem, alpha, A + Z * i * sai, sai, sap, sa,           \
+                        TABLE[nv][mr](k, rem, pf, alpha, A + Z * i * sai, sai, sap, sa,       \
                                       B + Z * j, ldb, beta, D + Z * (i * ldd + j), ldd);      \
                     }                                                                         \
                 }                                                                             \
