@@ -931,8 +931,8 @@ class BlasPlan(Stateless):
         h, k = self.h_shape, self.k
         rows = (*h, k)
         a1, b1 = _reshape_view(a, rows), _reshape_view(b, rows)
-        if (not h and a.shape == b.shape and (a1 is None or b1 is None)
-                and 0 in (*a.strides, *b.strides)):
+        streams = a1 is not None and b1 is not None and bool(a1.strides[-1] and b1.strides[-1])
+        if not h and not streams and a.shape == b.shape and 0 in (*a.strides, *b.strides):
             # zero strides: np.dot would copy; einsum's loop does not
             axes = list(range(a.ndim))
             return np.einsum(a, axes, b, axes, []), Written.TEMP, 0
@@ -943,7 +943,7 @@ class BlasPlan(Stateless):
         copied = 0
         flat = []
         for x, x1 in ((a, a1), (b, b1)):
-            if x1 is None or not x1.strides[-1]:
+            if x1 is None or (not h and not x1.strides[-1]):  # (batched dots read zero strides)
                 packed = scratch.empty(x.shape, x.dtype)
                 parallel_copyto(packed, x, threads)
                 copied += packed.nbytes
