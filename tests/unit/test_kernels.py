@@ -260,3 +260,27 @@ def test_plain_permuting_copies_take_either_copy_loop(dtype: Any, conj: bool,
     want = np.conj(x) if conj else x
     np.testing.assert_array_equal(out, want)
     assert (parent[1::2] == 7).all()
+
+
+def test_copy_conjugates_a_zero_dimensional_operand() -> None:
+    out = np.empty((), dtype=np.complex64)
+    kernels.copy(out, np.array(1 + 2j, dtype=np.complex64), conj=True, threads=1)
+    assert out == 1 - 2j
+
+
+def test_conjugated_scalar_operand_on_an_executor() -> None:
+    # ',qb->bZS' with A a conjugated 0-d operand: the Python route (an executor's thread count)
+    # packed A with the 0-d copy, which dropped the conjugation (found by test_properties)
+    from pytapp import Attr, ElementOp, Executor, Handle, TensorInfo, TensorProduct
+
+    a = np.array(1 - 2j, dtype=np.complex64)
+    b = np.array([[1 + 1j, 2 - 1j], [3 + 0j, -1 + 2j]], dtype=np.complex64)
+    h = Handle("blas")
+    h.set_attr(Attr.ALLOW_BROADCAST, True)
+    d = np.zeros((2, 1, 2), dtype=np.complex64)
+    plan = TensorProduct(h, TensorInfo.from_array(a), "", TensorInfo.from_array(b), "qb", None,
+                         None, TensorInfo.from_array(d), "bZS", op_a=ElementOp.CONJUGATE)
+    plan.execute(1, a, b, 0, None, d, executor=Executor(threads=1))
+    want = np.conj(a.astype(np.complex128)) * b.astype(np.complex128).sum(0)
+    np.testing.assert_array_equal(d.astype(np.complex128), np.broadcast_to(want[:, None, None],
+                                                                           (2, 1, 2)))

@@ -341,7 +341,10 @@ def copy(out: np.ndarray, x: np.ndarray, *, conj: bool = False,
     n = _threads(out.size, threads)
     # Small copies: NumPy's per-call cost is lower than the kernel's dispatch.
     if out.size < SMALL_COPY or out.ndim == 0 or (n == 1 and not supports(out, x)):
-        _copy_slabs(out, x, conj, 1) if out.ndim else np.copyto(out, x, casting="unsafe")
+        if out.ndim:
+            _copy_slabs(out, x, conj, 1)
+        else:  # a 0-d operand (a scalar factor): conjugated too
+            np.copyto(out, np.conjugate(x) if conj else x, casting="unsafe")
         return
     # Long contiguous runs: NumPy's inner loop is as fast as ours, so split the outermost
     # mode into slabs for the threads. Short runs (true transposes) need the blocked kernel.
