@@ -304,10 +304,10 @@ def use_tiles(on: bool | Literal["avx2", "avx512"] = True) -> str:
     """Run the GEMMs that fit on the executor's register tiles (on by default).
 
     The tiles (``_tilegemm.c``) compute F32/F64 GEMMs (and, on AVX-512, C64/C128 ones, A
-    conjugated or not) with a small side (a B of at most an
-    eighth of the core's L2 cache, 256 KiB at most, or of at most 128 columns) from the operands
-    where they lie, where the BLAS packs both first; the BLAS runs the rest. They run on the
-    widest vectors the CPU has, AVX-512F or AVX2 with FMA. ``on``: ``True`` for those,
+    conjugated or not) with a small side (a B of at most an eighth of the core's L2 cache,
+    256 KiB at most, or of at most 128 columns) from the operands where they lie, where the
+    BLAS packs both first; the BLAS runs the rest. They run on the widest vectors the CPU has,
+    AVX-512F or AVX2 with FMA. ``on``: ``True`` for those,
     ``False`` for none, ``"avx2"`` or ``"avx512"`` for at most those (comparisons, tests).
     ``PYTAPP_TILES`` in the environment (``0``, ``1``, ``avx2``, ``avx512``) sets it at
     start-up. Returns the vectors the tiles now run on: ``"avx512"``, ``"avx2"``, or ``""``
