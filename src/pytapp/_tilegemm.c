@@ -77,6 +77,8 @@ static const int64_t CMR512[NVMAX + 1] = {0, 12, 6, 4, 0};
 
 int64_t tile_rows_min(void) { return TILE_ROWS_MIN; }
 
+int64_t tile_item(int dt) { return dt == TILE_F32 ? 4 : dt == TILE_C128 ? 16 : 8; }
+
 #if TILES_BUILT
 
 /* The widest vectors this CPU runs (TILE_AVX512, TILE_AVX2 with FMA, or TILE_NONE), asked once,
@@ -100,8 +102,6 @@ int tile_cap(int cap) {
                      __ATOMIC_RELAXED);
     return tile_isa();
 }
-
-int64_t tile_item(int dt) { return dt == TILE_F32 ? 4 : dt == TILE_C128 ? 16 : 8; }
 
 int64_t tile_lanes(int dt) { return (tile_isa() == TILE_AVX512 ? 64 : 32) / tile_item(dt); }
 
