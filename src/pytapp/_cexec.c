@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "_stream.h"
 #include "_tilegemm.h"
 
 #define MAXL 32 /* most merged labels a program loops over */
@@ -37,7 +38,7 @@
 #define BATCH_SPLIT_MIN_FLOPS (1 << 22)
 
 enum { DT_F32 = 0, DT_F64 = 1, DT_C64 = 2, DT_C128 = 3 };
-enum { K_LOOP = 0, K_GEMM = 1, K_TTGT = 2 };
+enum { K_LOOP = 0, K_GEMM = 1, K_TTGT = 2, K_STREAM = 3 };
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, CONJ_TRANS = 113 };
 
 /* CBLAS GEMM signatures, ILP64 (int64 dimensions) or LP64 (int). */
@@ -133,6 +134,18 @@ typedef struct {
     npy_intp tst[MAXL];
     npy_intp bytes_a, bytes_b, bytes_t;
     int d_direct; /* D lies as T would: without C the GEMMs write D, no T */
+    /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
+     * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
+     * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
+     * over D's labels), added up and stored into D. */
+    Nest spack;
+    npy_intp bytes_v;
+    int stream_mode;
+    StreamNest stream;
+    int v_reduce;     /* V has labels of its own: walked by vsum into the zeroed pack instead, */
+    int v_permute;    /* or into a buffer in V's order that spack (a permutation) packs; */
+    int v_mode;       /* the walk shared out as the stream's mode says */
+    StreamNest vsum;  /* (its sv: 0, the "vector" being the number 1) */
     double release_gil_flops;
     double flops;
     PyObject *status_type;
@@ -1255,6 +1268,9 @@ static void summed_template(Program *p) {
     p->kept = kept;
 }
 
+static int run_stream(const Program *p, cval al, cval be, const char *A, const char *B,
+                      const char *C, char *D);
+
 static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b_o,
                        PyObject *beta_o, PyObject *c_o, PyObject *d_o, int *direct) {
     cval al, be;
@@ -1297,6 +1313,8 @@ static int program_run(Program *p, PyObject *alpha_o, PyObject *a_o, PyObject *b
         if (p->conj[3]) run_conj(p, pd);
     } else if (p->kind == K_LOOP) {
         run_loop_split(p, al, be, pa, pb, pc, pd);
+    } else if (p->kind == K_STREAM) { /* 1: no scratch memory, D untouched */
+        status = run_stream(p, al, be, pa, pb, pc, pd);
     } else if (p->kind == K_TTGT) {
         /* 1: no scratch memory, D untouched */
         status = run_ttgt(p, al, be, pa, pb, pc, pd, direct);
@@ -1405,23 +1423,80 @@ static int read_nest(PyObject *t, Nest *n) {
     return 0;
 }
 
+/* A StreamNest from extents and M's, V's and D's byte strides (V's 0 where `sv` is NULL). */
+static int read_stream_nest(PyObject *ext, PyObject *sm, PyObject *sv, PyObject *sd,
+                            StreamNest *n) {
+    npy_intp tmp[MAXL];
+    int count, nl;
+    if (read_intps(ext, tmp, STREAM_MAXL, &nl, "stream extents")) return -1;
+    n->nl = nl;
+    for (int l = 0; l < nl; ++l) n->ext[l] = tmp[l], n->sv[l] = 0;
+    int64_t *dst[3] = {n->sm, n->sv, n->sd};
+    PyObject *src[3] = {sm, sv, sd};
+    for (int r = 0; r < 3; ++r) {
+        if (!src[r]) continue;
+        if (read_intps(src[r], tmp, STREAM_MAXL, &count, "stream strides")) return -1;
+        if (count != nl) {
+            PyErr_SetString(PyExc_ValueError, "stream: one stride per label and operand");
+            return -1;
+        }
+        for (int l = 0; l < nl; ++l) dst[r][l] = tmp[l];
+    }
+    return 0;
+}
+
+/* (swap, V's packing nest, its bytes, mode, T's strides and bytes, extents, M, V and D byte
+ * strides, then V's walk: extents, V's and the pack's byte strides, empty where V is packed
+ * by the nest, whether the walk's buffer is permuted into the pack, and the walk's mode) of a
+ * STREAM step. */
+static int read_stream(PyObject *t, Program *p) {
+    PyObject *pack, *tst, *ext, *sm, *sv, *sd, *wext, *wsrc, *wdst;
+    long long bytes, bytes_t;
+    int count;
+    if (!PyArg_ParseTuple(t, "iOLiOLOOOOOOOii", &p->swap, &pack, &bytes, &p->stream_mode, &tst,
+                          &bytes_t, &ext, &sm, &sv, &sd, &wext, &wsrc, &wdst, &p->v_permute,
+                          &p->v_mode) ||
+        read_nest(pack, &p->spack) || read_intps(tst, p->tst, MAXL, &count, "T strides") ||
+        read_stream_nest(ext, sm, sv, sd, &p->stream) ||
+        read_stream_nest(wext, wsrc, NULL, wdst, &p->vsum))
+        return -1;
+    if (p->stream_mode < 0 || p->stream_mode > 2 || (p->stream_mode == 2 && count != p->nout)) {
+        PyErr_SetString(PyExc_ValueError, "stream: mode 0..2, T's strides over D's labels");
+        return -1;
+    }
+    p->bytes_v = bytes;
+    p->bytes_t = bytes_t;
+    p->v_reduce = p->vsum.nl > 0;
+    if (p->stream.nl < 1 || (p->v_reduce && !bytes) || (p->v_permute && !p->v_reduce) ||
+        p->v_mode < 0 || p->v_mode > 2) {
+        PyErr_SetString(PyExc_ValueError, "stream: at least one label; V's walk needs a pack");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"type_num", "dtype", "kind", "shapes", "strides", "footprints",
                              "conj", "nout", "extents", "label_strides", "gemm", "ttgt", "flops",
-                             "release_gil_flops", "empty_sum", "row_sums", "status", NULL};
+                             "release_gil_flops", "empty_sum", "row_sums", "status", "stream", NULL};
     int type_num, dtype, kind, nout, empty_sum, row_block;
     double flops, release;
     PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *ttgt, *status;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpiO", kwlist, &type_num, &dtype,
-                                     &kind, &shapes, &strides, &foots, &conj, &nout, &extents,
-                                     &lstrides, &gemm, &ttgt, &flops, &release, &empty_sum, &row_block,
-                                     &status))
+    PyObject *stream = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpiO|O", kwlist, &type_num,
+                                     &dtype, &kind, &shapes, &strides, &foots, &conj, &nout,
+                                     &extents, &lstrides, &gemm, &ttgt, &flops, &release,
+                                     &empty_sum, &row_block, &status, &stream))
         return NULL;
     if (dtype < 0 || dtype > 3) {
         PyErr_SetString(PyExc_ValueError, "dtype must be 0..3");
         return NULL;
     }
-    if (kind != K_LOOP && g_gemm[dtype] == NULL) {
+    if (kind < K_LOOP || kind > K_STREAM) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 0..3");
+        return NULL;
+    }
+    if (kind != K_LOOP && kind != K_STREAM && g_gemm[dtype] == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "no BLAS GEMM registered for this datatype");
         return NULL;
     }
@@ -1472,7 +1547,8 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->bytes_b = bb;
         p->bytes_t = bt;
     }
-    if (kind != K_LOOP) {
+    if (kind == K_STREAM && read_stream(stream, p)) goto fail;
+    if (kind != K_LOOP && kind != K_STREAM) {
         PyObject *bext, *bsa, *bsb, *bsd;
         long long m, nn, k, lda, ldb, ldd;
         if (!PyArg_ParseTuple(gemm, "OOOOiiiLLLLLLi", &bext, &bsa, &bsb, &bsd, &p->swap, &p->ta,
@@ -2115,6 +2191,119 @@ static void run_store_split(const Program *p, cval al, cval be, const char *T, c
                             char *D) {
     run_split(p, pool_workers(p->nout > 0 ? p->ext[0] : 1, p->bytes_t >= PACK_SPLIT_MIN), 1, al,
               be, T, NULL, C, D);
+}
+
+typedef struct {
+    const StreamNest *n;
+    npy_intp start, stop; /* this worker's indices of the nest's first label */
+    int dt;
+    const char *M, *V;
+    char *D;
+    const double *al;
+    int conj_m;
+} StreamJob;
+
+static void stream_task(void *arg) {
+    StreamJob *j = (StreamJob *)arg;
+    stream_accumulate(j->dt, j->n, j->start, j->stop, j->M, j->V, j->D, j->al, j->conj_m);
+}
+
+/* One pass of a stream nest adding alpha op(M) V into `into` (`bytes` of it, in the nest's D
+ * strides), on one thread (mode 0), shared out along the first label (1: one of D's), or (2)
+ * each worker into its own zeroed copy, then added into `into` (one thread where memory for
+ * the copies ran out). */
+static void stream_pass(int dt, const StreamNest *n, int mode, const char *M, const char *V,
+                        char *into, npy_intp bytes, const double al[2], int conj_m) {
+    npy_intp iters = 1;
+    for (int l = 0; l < n->nl; ++l) iters *= n->ext[l];
+    int workers = mode ? pool_workers(n->ext[0], iters >= LOOP_SPLIT_MIN) : 1;
+    const npy_intp step = (bytes + 63) / 64 * 64; /* no cache line shared by two copies */
+    char *copies = NULL;
+    StreamJob one, *jobs = workers > 1 ? malloc((size_t)workers * sizeof(StreamJob)) : &one;
+    if (workers > 1 && mode == 2 && jobs) {
+        copies = scratch((workers - 1) * step);
+        if (copies) memset(copies, 0, (size_t)((workers - 1) * step));
+    }
+    if (!jobs || (mode == 2 && workers > 1 && !copies)) {
+        if (jobs && jobs != &one) free(jobs);
+        jobs = &one;
+        workers = 1;
+    }
+    for (int w = 0; w < workers; ++w) {
+        jobs[w].n = n, jobs[w].dt = dt;
+        jobs[w].start = n->ext[0] * w / workers;
+        jobs[w].stop = n->ext[0] * (w + 1) / workers;
+        jobs[w].M = M, jobs[w].V = V;
+        jobs[w].D = copies && w ? copies + (w - 1) * step : into;
+        jobs[w].al = al, jobs[w].conj_m = conj_m;
+    }
+    if (workers > 1) {
+        g_pool_run(workers, (void *)stream_task, jobs, (int)sizeof(StreamJob));
+        free(jobs);
+    } else {
+        stream_task(jobs);
+    }
+    if (copies) { /* the copies added into `into` (complex numbers as pairs of reals) */
+        const int dbl = dt == DT_F64 || dt == DT_C128;
+        const npy_intp reals = bytes / (dbl ? 8 : 4);
+        for (int w = 1; w < workers; ++w) {
+            const char *y = copies + (w - 1) * step;
+            if (dbl) {
+                double *x = (double *)into;
+                for (npy_intp i = 0; i < reals; ++i) x[i] += ((const double *)y)[i];
+            } else {
+                float *x = (float *)into;
+                for (npy_intp i = 0; i < reals; ++i) x[i] += ((const float *)y)[i];
+            }
+        }
+        free(copies);
+    }
+}
+
+/* A STREAM step (see Program): V packed, M streamed into D or T; 1 when memory ran out (D
+ * untouched). */
+static int run_stream(const Program *p, cval al, cval be, const char *A, const char *B,
+                      const char *C, char *D) {
+    const char *M = p->swap ? B : A, *V = p->swap ? A : B;
+    const int cplx = p->dtype == DT_C64 || p->dtype == DT_C128;
+    const int conj_m = cplx && p->conj[p->swap ? 1 : 0];
+    const int conj_v = cplx && p->conj[p->swap ? 0 : 1];
+    const int mode = p->stream_mode;
+    char *vp = p->bytes_v ? scratch(p->bytes_v) : NULL;
+    char *walked = p->v_permute ? scratch(p->bytes_v) : NULL;
+    char *t = mode == 2 ? scratch(p->bytes_t) : NULL;
+    if ((p->bytes_v && !vp) || (p->v_permute && !walked) || (mode == 2 && !t)) {
+        free(vp);
+        free(walked);
+        free(t);
+        return 1;
+    }
+    const double one[2] = {1.0, 0.0}, alpha[2] = {al.re, al.im};
+    if (p->v_reduce) { /* V's own labels summed: V walked once, added into a zeroed buffer */
+        const float onef[2] = {1.0f, 0.0f};
+        const int dbl = p->dtype == DT_F64 || p->dtype == DT_C128;
+        char *into = walked ? walked : vp;
+        memset(into, 0, (size_t)p->bytes_v);
+        stream_pass(p->dtype, &p->vsum, p->v_mode, V, dbl ? (const char *)one : (const char *)onef,
+                    into, p->bytes_v, one, conj_v ^ conj_m);
+        if (walked) run_pack_split(p, &p->spack, walked, vp, 0, p->bytes_v);
+        free(walked);
+    } else if (vp) {
+        run_pack_split(p, &p->spack, V, vp, conj_v ^ conj_m, p->bytes_v);
+    }
+    if (vp) V = vp;
+    if (t) { /* the sums into T, then D = op_D(alpha T + beta op_C(C)) */
+        memset(t, 0, (size_t)p->bytes_t);
+        stream_pass(p->dtype, &p->stream, 2, M, V, t, p->bytes_t, one, conj_m);
+        run_store(p, al, be, t, C, D);
+    } else {
+        run_scale(p, be, C, D);
+        stream_pass(p->dtype, &p->stream, mode, M, V, D, 0, alpha, conj_m);
+        if (p->conj[3]) run_conj(p, D);
+    }
+    free(vp);
+    free(t);
+    return 0;
 }
 
 /* How many GEMMs the tiles have run (tile_count: what tests check). */

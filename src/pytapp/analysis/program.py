@@ -23,7 +23,7 @@ Examples
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from math import prod
@@ -38,7 +38,7 @@ from pytapp.analysis.viewgemm import (
 )
 from pytapp.datatypes import Datatype
 
-__all__ = ["GemmStep", "Lowered", "PackStep", "Step", "lower"]
+__all__ = ["GemmStep", "Lowered", "PackStep", "Step", "StreamStep", "lower"]
 
 Label = Hashable
 #: Most modes (and merged labels) the executor loops over.
@@ -125,6 +125,20 @@ TTGT_MIN_DIM = 2
 #: GEMM_MIN_MADDS multiply-adds (measured: a 16 x 8 D summing 32 terms each, 2.2 us packed
 #: against 5.3 us looped; a 2 x 2 D summing 128, 1.8 us against 0.9 us).
 TTGT_MIN_BLOCK = 16
+#: A GEMV-like product streamed through its matrix operand (:func:`_stream`) is shared out over
+#: the pool along the matrix's outermost label: where that is one of D's with a stride in D of
+#: at least STREAM_SPLIT_LINE bytes (a cache line), each worker adds into its own elements of
+#: D; otherwise each adds into its own zeroed copy of D (a temporary T in the matrix's order of
+#: D's labels), the copies are added up and stored into D with the epilogue, where D has at
+#: most 1/STREAM_PRIVATE_SHARE of the matrix's bytes and STREAM_PRIVATE_MAX_BYTES (workers
+#: sharing D's cache lines took ten times as long: ``tbcv,mcvbu->um``, F32, 36 ms against
+#: 2.9); failing both, a label of D on which the matrix strides by at least STREAM_SPLIT_STRIDE
+#: bytes is moved outermost and shared out (each worker still streams runs that long), else
+#: one thread streams.
+STREAM_SPLIT_LINE = 64
+STREAM_PRIVATE_SHARE = 16
+STREAM_PRIVATE_MAX_BYTES = 1 << 24
+STREAM_SPLIT_STRIDE = 4096
 #: The executor lets other Python threads run during products of at least this many flops.
 RELEASE_GIL_FLOPS = 1 << 16
 
@@ -141,6 +155,7 @@ class Step(IntEnum):
     LOOP = 0
     GEMM = 1
     TTGT = 2
+    STREAM = 3
 
 
 @dataclass(frozen=True)
@@ -206,6 +221,48 @@ class PackStep:
 
 
 @dataclass(frozen=True)
+class StreamStep:
+    """A GEMV-like product streamed through its matrix operand M (B where ``swap``).
+
+    The vector operand V, which has no free labels, is packed by ``pack`` (a packing nest as
+    :class:`PackStep`'s; ``bytes_v`` 0: read in place) as M holds their labels; where V has
+    labels of its own to sum, ``v_sum`` instead walks V in its memory order adding each element
+    into a zeroed buffer (extents, V's and the buffer's byte strides, 0 along the summed
+    labels): the pack itself, or (``v_permute``) one in V's order of the kept labels, which
+    ``pack`` then permutes into the pack (a scattered sum took twice as long); ``v_mode``
+    shares the walk out as ``mode`` does the pass (:func:`_pass_order`).
+    Then one pass over M in its memory order adds ``op(M) op(V)`` up. ``mode`` says where:
+
+    - 0 and 1: into D itself, set to ``beta op_C(C)`` first (alpha applied in the pass, op_D
+      after it); 1 shares the pass out along its first label, one of D's.
+    - 2: into each worker's zeroed temporary T of ``bytes_t`` (D's labels in M's order), the
+      pass shared out along its first label whatever it is; the temporaries are added up and
+      stored into D with the epilogue (``t_strides``: T's byte strides over the program's
+      labels of D).
+
+    ``extents`` are the pass's labels, outermost first, ``strides`` M's, V's (packed) and D's
+    (T's in mode 2) byte strides per label (0 where one lacks it).
+    """
+
+    swap: bool
+    pack: tuple[int, tuple[int, ...], tuple[int, ...]]
+    bytes_v: int
+    mode: int
+    extents: tuple[int, ...]
+    strides: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    bytes_t: int = 0
+    t_strides: tuple[int, ...] = ()
+    v_sum: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] = ((), (), ())
+    v_permute: bool = False
+    v_mode: int = 0
+
+    def as_tuple(self) -> tuple[object, ...]:
+        """Return the executor's argument tuple."""
+        return (int(self.swap), self.pack, self.bytes_v, self.mode, self.t_strides, self.bytes_t,
+                self.extents, *self.strides, *self.v_sum, int(self.v_permute), self.v_mode)
+
+
+@dataclass(frozen=True)
 class Lowered:
     """A product lowered for the compiled executor.
 
@@ -231,6 +288,7 @@ class Lowered:
     empty_sum: bool
     description: str
     row_sums: int = 0
+    stream: StreamStep | None = None
 
 
 def _uniform(spec: ContractionSpec) -> Datatype | None:
@@ -409,6 +467,101 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
                         d_st[x] * item == t for x, t in zip(out, t_strides, strict=True)
                         if ext(x) > 1))
     return gemm, pack
+
+
+def _pass_order(src: dict[Label, int], dst: dict[Label, int], dst_bytes: int,
+                ext: Callable[[Label], int], item: int) -> tuple[list[Label], int]:
+    """Order a stream pass over ``src``'s labels and choose how the pool shares it out.
+
+    ``src`` and ``dst`` are the byte strides of the operand walked and of the one added into
+    (``dst_bytes`` long). The labels go in ``src``'s memory order, outermost first. Mode 1
+    where the first is one of ``dst``'s by at least :data:`STREAM_SPLIT_LINE` bytes (each
+    worker adds into its own part); 2 where ``dst`` is small enough for each worker to add into
+    its own zeroed copy; else 1 with a label of ``dst``'s moved outermost where ``src`` strides
+    along it by at least :data:`STREAM_SPLIT_STRIDE` bytes; else 0 (one thread).
+
+    Examples
+    --------
+    >>> _pass_order({"i": 4096, "k": 8}, {"i": 8}, 64, {"i": 64, "k": 512}.__getitem__, 8)
+    (['i', 'k'], 2)
+    """
+    order = sorted(src, key=lambda x: -abs(src[x]))
+    if order[0] in dst and abs(dst[order[0]]) >= STREAM_SPLIT_LINE:
+        return order, 1
+    if (dst_bytes <= STREAM_PRIVATE_MAX_BYTES
+            and STREAM_PRIVATE_SHARE * dst_bytes <= prod(ext(x) for x in order) * item):
+        return order, 2
+    outer = next((x for x in order if x in dst and abs(dst[x]) >= STREAM_SPLIT_LINE
+                  and abs(src[x]) >= STREAM_SPLIT_STRIDE), None)
+    if outer is None:
+        return order, 0
+    order.remove(outer)
+    return [outer, *order], 1
+
+
+def _stream(spec: ContractionSpec, out: Sequence[Label], item: int) -> StreamStep | None:
+    """Return the stream of a GEMV-like product that no GEMV on views maps, or ``None``.
+
+    One operand has free labels (the matrix M), the other none (the vector V), and M holds
+    D's labels interleaved with summed ones (``mgzsb,bgmz->gs``: for each ``g``, 638 blocks of
+    22 x 27 at scattered places): the backend's plan has only its multiply-reduce pass, which
+    runs at a fraction of the speed of reading M, and multiplies out V's isolated labels. The
+    stream reads M once, in its memory order (see :class:`StreamStep`), V's isolated labels
+    summed while packing: ``mgzsb,bgmz->gs`` at 24x22x27x22x29 (F32, 36 MB) 3.6 -> 2.2 ms,
+    ``abcde,bd->ace`` at 20x30x20x30x20 (F64) 3.6 -> 2.2 ms, ``gwk,rk->wg`` (r isolated,
+    169x218x224x13, F32) 13.7 -> 0.9 ms, two cores. The passes over D (once per element of the
+    summed labels outside D's innermost label) move at most twice M's bytes: M holds D's labels
+    and theirs. ``out``: D's labels in the program's order (T's strides over them, uncoalesced).
+    """
+    cls = spec.classes
+    ext = spec.extent
+    free_a, free_b = spec.size(cls.FA) > 1, spec.size(cls.FB) > 1
+    if (free_a == free_b or spec.size((*cls.P, *cls.IA, *cls.IB)) == 1
+            or any(not g.reduced for g in view_gemms(spec))
+            or reducing_view_gemm(spec) is not None):
+        return None
+    mat, vec, viso = (spec.b, spec.a, cls.IA) if free_b else (spec.a, spec.b, cls.IB)
+    m_st = {x: s * item for x, s in zip(mat.modes.labels, mat.modes.strides, strict=True)
+            if ext(x) > 1}
+    d_st = {x: s * item for x, s in zip(spec.d.modes.labels, spec.d.modes.strides, strict=True)}
+    d_order = [x for x in sorted(m_st, key=lambda x: -abs(m_st[x])) if x in d_st]
+    d_bytes = prod(ext(x) for x in d_order) * item
+    order, mode = _pass_order(m_st, d_st, d_bytes, ext, item)
+    t_st = dict(zip(d_order, _contiguous([ext(x) for x in d_order], item), strict=True))
+    private = mode == 2
+    if private:  # the pass adds into T, laid out as M holds D's labels
+        d_st = t_st
+    v_labels = set(vec.modes.labels)
+    shared = [x for x in order if x in v_labels]
+    pack, copies = _nest(vec, shared, list(viso), spec, item)
+    copies = copies or (spec.rule.is_complex and mat.conjugates)
+    v_st = dict(zip(shared, _contiguous([ext(x) for x in shared], item), strict=True))
+    v_sum: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] = ((), (), ())
+    permute, v_mode = False, 0
+    if any(ext(x) > 1 for x in viso):  # V walked once, in its memory order
+        src = {x: s * item for x, s in zip(vec.modes.labels, vec.modes.strides, strict=True)
+               if ext(x) > 1}
+        kept = [x for x in sorted(src, key=lambda x: -abs(src[x])) if x in shared]
+        permute = kept != [x for x in shared if ext(x) > 1]
+        into = dict(zip(kept, _contiguous([ext(x) for x in kept], item), strict=True)) \
+            if permute else v_st
+        walk, v_mode = _pass_order(src, into, prod(ext(x) for x in shared) * item, ext, item)
+        _, w_ext, (w_src, _o, _c, w_dst) = _coalesce(
+            0, [ext(x) for x in walk], [[src[x] for x in walk], [0] * len(walk),
+                                         [0] * len(walk), [into.get(x, 0) for x in walk]])
+        v_sum = (tuple(w_ext), tuple(w_src), tuple(w_dst))
+        pack = (len(shared), tuple(ext(x) for x in shared), tuple(into.get(x, 0) for x in shared))
+    _, extents, (sm, sv, _c, sd) = _coalesce(
+        0, [ext(x) for x in order],
+        [[m_st[x] for x in order], [v_st.get(x, 0) for x in order], [0] * len(order),
+         [d_st.get(x, 0) for x in order]])
+    return StreamStep(swap=free_b, pack=pack,
+                      bytes_v=prod(ext(x) for x in shared) * item if copies else 0,
+                      mode=mode, extents=tuple(extents),
+                      strides=(tuple(sm), tuple(sv), tuple(sd)),
+                      bytes_t=d_bytes if private else 0,
+                      t_strides=tuple(t_st.get(x, 0) for x in out) if private else (),
+                      v_sum=v_sum, v_permute=permute, v_mode=v_mode)
 
 
 def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> bool:
@@ -709,6 +862,7 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     if by_rows:
         chosen = None
     pack: PackStep | None = None
+    stream: StreamStep | None = None
     if chosen is not None:
         g, gemm_step = chosen
         kind = Step.GEMM
@@ -740,9 +894,22 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
                        f"{' (D^T = B^T A^T)' if gemm_step.swap else ''} (packs "
                        f"{', '.join(packed) or 'none'}; {into})")
     else:
-        return None
+        stream = _stream(spec, out, item)
+        if stream is None:
+            return None
+        kind, gemm_step = Step.STREAM, None
+        description = (f"compiled: stream through {'B' if stream.swap else 'A'} "
+                       f"[{len(stream.extents)} labels, {prod(stream.extents)} multiply-adds] "
+                       f"(packs "
+                       f"{('A' if stream.swap else 'B') if stream.bytes_v else 'none'})")
     if kind is Step.LOOP:
         nout, extents, label_strides = nest
+    elif stream is not None:  # D = beta op_C(C) first and op_D last, or T stored into D
+        d_rows = [[0] * nout, [0] * nout, *(row[:nout] for row in label_strides[2:]),
+                  list(stream.t_strides or [0] * nout)]
+        nout, extents, (*label_strides, t_row) = _coalesce(nout, extents[:nout], d_rows)
+        if stream.mode == 2:
+            stream = replace(stream, t_strides=tuple(t_row))
     elif pack is not None:  # TTGT's store reads T and C and writes D over D's labels only
         nout, extents, label_strides, pack = _coalesce_store(nout, extents, label_strides,
                                                              pack)
@@ -756,5 +923,5 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         nout=nout, extents=tuple(extents), label_strides=tuple(map(tuple, label_strides)),
         gemm=gemm_step, pack=pack, flops=spec.flops, empty_sum=spec.empty_sum,
         row_sums=ROW_SUM_BLOCK if kind is Step.LOOP and rows else 0,
-        description=description,
+        description=description, stream=stream,
     )

@@ -362,7 +362,8 @@ def compile_lowered(prog: Lowered, status: Any) -> Any:
         nout=prog.nout, extents=prog.extents, label_strides=prog.label_strides, gemm=gemm,
         ttgt=ttgt,
         flops=float(prog.flops), release_gil_flops=float(RELEASE_GIL_FLOPS),
-        empty_sum=prog.empty_sum, row_sums=prog.row_sums, status=status)
+        empty_sum=prog.empty_sum, row_sums=prog.row_sums, status=status,
+        stream=prog.stream.as_tuple() if prog.stream is not None else None)
 
 
 def compile_chain(**parts: Any) -> Any:
@@ -387,6 +388,8 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     if prog.pack is not None:  # TTGT's scratch: the packed operands and the GEMMs' result
         status.bytes_copied = prog.pack.bytes_a + prog.pack.bytes_b
         status.bytes_allocated = status.bytes_copied + prog.pack.bytes_t
-    if prog.kind is not Step.LOOP and not blas_available():
+    if prog.stream is not None:  # the packed vector operand
+        status.bytes_copied = status.bytes_allocated = prog.stream.bytes_v
+    if prog.kind not in (Step.LOOP, Step.STREAM) and not blas_available():
         return None
     return compile_lowered(prog, status)
