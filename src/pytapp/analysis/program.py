@@ -256,6 +256,12 @@ class StreamStep:
     v_permute: bool = False
     v_mode: int = 0
 
+    def scratch_bytes(self, workers: int) -> int:
+        """Bytes of scratch one run allocates at most with ``workers`` threads."""
+        walk_copies = workers - 1 if self.v_sum[0] and self.v_mode == 2 else 0
+        return (self.bytes_v * (1 + int(self.v_permute) + walk_copies)
+                + self.bytes_t * (workers if self.mode == 2 else 0))
+
     def as_tuple(self) -> tuple[object, ...]:
         """Return the executor's argument tuple."""
         return (int(self.swap), self.pack, self.bytes_v, self.mode, self.t_strides, self.bytes_t,

@@ -388,8 +388,9 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     if prog.pack is not None:  # TTGT's scratch: the packed operands and the GEMMs' result
         status.bytes_copied = prog.pack.bytes_a + prog.pack.bytes_b
         status.bytes_allocated = status.bytes_copied + prog.pack.bytes_t
-    if prog.stream is not None:  # the packed vector operand
-        status.bytes_copied = status.bytes_allocated = prog.stream.bytes_v
+    if prog.stream is not None:  # the packed vector operand, the workers' temporaries
+        status.bytes_copied = prog.stream.bytes_v
+        status.bytes_allocated = prog.stream.scratch_bytes(os.cpu_count() or 1)
     if prog.kind not in (Step.LOOP, Step.STREAM) and not blas_available():
         return None
     return compile_lowered(prog, status)
