@@ -24,11 +24,12 @@ from pytapp.kernels import program
 pytestmark = pytest.mark.skipif(not program.available(),
                                 reason="the compiled extension pytapp._cexec was not built")
 
-#: (equation, extents): each runs as a stream (smaller products of these shapes run as loop
-#: nests: LOOP_MAX_DOTS); together they take every way of sharing the pass out (one thread,
-#: each worker its own part of D, each its own temporary), M as A and as B, V packed or read in
-#: place, V walked to sum its own labels into the pack directly or through a buffer it
-#: permutes, M's own summed labels, and every kind of innermost label.
+#: (equation, extents): each runs as a stream; together they take every way of sharing the
+#: pass out (one thread, each worker its own part of D, each its own temporary), M as A and as
+#: B, V packed or read in place, V walked to sum its own labels into the pack directly or
+#: through a buffer it permutes, M's own summed labels, and every kind of innermost label. The
+#: last two are smaller than the loop nest's bound but stream: V's own sums would multiply the
+#: nest's work, and a long innermost run reads M in order.
 CASES: dict[str, tuple[str, dict[str, int]]] = {
     "interleaved": ("mgzsb,bgmz->gs", {"g": 13, "s": 21, "b": 19, "m": 17, "z": 25}),
     "rows": ("abcde,bd->ace", {"a": 32, "b": 20, "c": 12, "d": 20, "e": 14}),
@@ -40,6 +41,8 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "one_thread": ("hcgkfj,echjk->gfj", {"h": 2, "c": 3, "g": 29, "k": 2, "f": 15, "j": 22,
                                           "e": 20}),
     "large_d_split": ("hjda,jdchk->chk", {"j": 2, "d": 2, "c": 29, "h": 38, "k": 36, "a": 29}),
+    "own_sums_small": ("de,fd->e", {"d": 130, "e": 800, "f": 12}),
+    "long_run_small": ("klcd,dc->lk", {"k": 13, "l": 15, "c": 20, "d": 26}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
