@@ -882,15 +882,15 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         chosen = None
     pack: PackStep | None = None
     stream: StreamStep | None = None
-    if chosen is None and not by_rows and madds > LOOP_MAX_MADDS:
+    # (what a GEMV-like product without a GEMM falls back to; nothing below LOOP_MAX_MADDS)
+    candidate = _stream(spec, out, item) if (
+        chosen is None and not by_rows and madds > LOOP_MAX_MADDS) else None
+    if candidate is not None and (madds > STREAM_OWN_SUMS * (spec.a.size + spec.b.size)
+                                  or candidate.extents[-1] >= STREAM_RUN_MIN):
         # labels an operand sums on its own multiply the loop nest's work (each is a loop
         # over every multiply-add), where the stream sums them while packing; and where its
         # innermost loop runs long, the stream reads the matrix in order where the nest jumps
-        candidate = _stream(spec, out, item)
-        if candidate is not None and (
-                madds > STREAM_OWN_SUMS * (spec.a.size + spec.b.size)
-                or candidate.extents[-1] >= STREAM_RUN_MIN):
-            stream = candidate
+        stream = candidate
     if stream is not None:
         kind, gemm_step = Step.STREAM, None
     elif chosen is not None:
@@ -923,11 +923,10 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
                        f"n={gemm_step.n}, k={gemm_step.k}]"
                        f"{' (D^T = B^T A^T)' if gemm_step.swap else ''} (packs "
                        f"{', '.join(packed) or 'none'}; {into})")
+    elif candidate is not None:
+        stream, kind, gemm_step = candidate, Step.STREAM, None
     else:
-        stream = _stream(spec, out, item)
-        if stream is None:
-            return None
-        kind, gemm_step = Step.STREAM, None
+        return None
     if stream is not None:
         description = (f"compiled: stream through {'B' if stream.swap else 'A'} "
                        f"[{len(stream.extents)} labels, {prod(stream.extents)} multiply-adds] "
