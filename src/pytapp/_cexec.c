@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "_amx.h"
 #include "_stream.h"
 #include "_tilegemm.h"
 
@@ -2587,6 +2588,130 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* ------------------------------------------------------------------ BF16 GEMMs on tiles */
+
+/* Products of at least this many multiply-adds are shared out over the BLAS's pool. */
+#define AMX_SPLIT_MIN (1 << 20)
+
+typedef struct {
+    AmxGemm g;
+    npy_intp h0, h1;           /* this worker's batch elements */
+    npy_intp sa, sb, sc, sd;   /* batch strides in bytes */
+    int64_t m0, m1, n0, n1;    /* its part of each batch element's D */
+    void *buf;
+    int bad;
+} AmxJob;
+
+static void amx_task(void *arg) {
+    AmxJob *j = (AmxJob *)arg;
+    for (npy_intp b = j->h0; b < j->h1 && !j->bad; ++b) {
+        AmxGemm g = j->g;
+        g.A += b * j->sa;
+        g.B += b * j->sb;
+        g.D += b * j->sd;
+        if (g.C) g.C += b * j->sc;
+        j->bad = amx_gemm_part(&g, j->m0, j->m1, j->n0, j->n1, j->buf);
+    }
+}
+
+/* The AMX type of an array of BF16 numbers (given as uint16) or F32 ones; AMX_NONE otherwise. */
+static int amx_type(PyArrayObject *x) {
+    return PyArray_TYPE(x) == NPY_UINT16 ? AMX_BF16 : PyArray_TYPE(x) == NPY_FLOAT ? AMX_F32
+                                                                                 : AMX_NONE;
+}
+
+/* amx_gemm(a, b, d, c, alpha, beta) -> bool: d[h] = alpha a[h] @ b[h] + beta c[h] for BF16
+ * numbers a (h, m, k) and b (h, k, n) given as uint16 arrays, d and c (None: no c) of shape
+ * (h, m, n) float32 or BF16 as uint16, any strides; products, sums and the epilogue in F32 on
+ * the AMX tiles, shared out over the BLAS's pool (batch elements, else rows or columns of d).
+ * Returns the bytes of the workers' buffers; None when the tiles are not there, the arrays do
+ * not fit this, or an operand holds subnormal numbers (the tiles would read them as zero: d
+ * may then be partly written; c is read only where it has not been written, unless c is d).
+ * The caller rules out d overlapping a or b, or c other than d itself. */
+static PyObject *amx_gemm(PyObject *self, PyObject *args) {
+    PyArrayObject *a, *b, *d;
+    PyObject *co;
+    double alpha, beta;
+    if (!PyArg_ParseTuple(args, "O!O!O!Odd", &PyArray_Type, &a, &PyArray_Type, &b, &PyArray_Type,
+                          &d, &co, &alpha, &beta))
+        return NULL;
+    PyArrayObject *c = co == Py_None ? NULL : (PyArrayObject *)co;
+    if (c && !PyArray_Check(co)) Py_RETURN_NONE;
+    if (!amx_ready() || PyArray_TYPE(a) != NPY_UINT16 || PyArray_TYPE(b) != NPY_UINT16 ||
+        !amx_type(d) || (c && !amx_type(c)) || PyArray_NDIM(a) != 3 || PyArray_NDIM(b) != 3 ||
+        PyArray_NDIM(d) != 3 || (c && PyArray_NDIM(c) != 3) || !PyArray_ISWRITEABLE(d) ||
+        !PyArray_ISALIGNED(d) || !PyArray_ISALIGNED(a) || !PyArray_ISALIGNED(b) ||
+        !PyArray_ISNOTSWAPPED(d) || (c && (!PyArray_ISALIGNED(c) || !PyArray_ISNOTSWAPPED(c))))
+        Py_RETURN_NONE;
+    const npy_intp h = PyArray_DIM(a, 0), m = PyArray_DIM(a, 1), k = PyArray_DIM(a, 2);
+    const npy_intp n = PyArray_DIM(b, 2);
+    if (PyArray_DIM(b, 0) != h || PyArray_DIM(b, 1) != k || PyArray_DIM(d, 0) != h ||
+        PyArray_DIM(d, 1) != m || PyArray_DIM(d, 2) != n)
+        Py_RETURN_NONE;
+    for (int i = 0; c && i < 3; ++i)
+        if (PyArray_DIM(c, i) != PyArray_DIM(d, i)) Py_RETURN_NONE;
+    if (h == 0 || m == 0 || n == 0) return PyLong_FromLong(0);
+    AmxJob job;
+    memset(&job, 0, sizeof job);
+    AmxGemm *g = &job.g;
+    g->m = m, g->n = n, g->k = k;
+    g->A = PyArray_BYTES(a), g->ars = PyArray_STRIDE(a, 1), g->acs = PyArray_STRIDE(a, 2);
+    g->B = PyArray_BYTES(b), g->brs = PyArray_STRIDE(b, 1), g->bcs = PyArray_STRIDE(b, 2);
+    g->D = PyArray_BYTES(d), g->drs = PyArray_STRIDE(d, 1), g->dcs = PyArray_STRIDE(d, 2);
+    g->dtype = amx_type(d);
+    if (c) {
+        g->C = PyArray_BYTES(c), g->crs = PyArray_STRIDE(c, 1), g->ccs = PyArray_STRIDE(c, 2);
+        g->ctype = amx_type(c);
+        job.sc = PyArray_STRIDE(c, 0);
+    }
+    g->alpha = (float)alpha, g->beta = (float)beta;
+    job.sa = PyArray_STRIDE(a, 0), job.sb = PyArray_STRIDE(b, 0), job.sd = PyArray_STRIDE(d, 0);
+    job.h0 = 0, job.h1 = h, job.m0 = 0, job.m1 = m, job.n0 = 0, job.n1 = n;
+    /* the workers: batch elements where there are enough, else rows or columns (the longer)
+     * in multiples of 32, so that each packs the smaller operand again, not the larger */
+    const double madds = (double)h * (double)m * (double)n * (double)k;
+    const int split = h > 1 ? 0 : n > m ? 2 : 1;
+    const npy_intp units = split == 0 ? h : ((split == 2 ? n : m) + 31) / 32;
+    const int workers = pool_workers(units, madds >= AMX_SPLIT_MIN);
+    const size_t bytes = amx_buffer_bytes(g);
+    AmxJob jobs[MAX_WORKERS];
+    int ready = 1;
+    for (int w = 0; w < workers; ++w) {
+        jobs[w] = job;
+        const npy_intp u0 = units * w / workers, u1 = units * (w + 1) / workers;
+        if (split == 0) jobs[w].h0 = u0, jobs[w].h1 = u1;
+        else if (split == 1) jobs[w].m0 = u0 * 32, jobs[w].m1 = u1 * 32 < m ? u1 * 32 : m;
+        else jobs[w].n0 = u0 * 32, jobs[w].n1 = u1 * 32 < n ? u1 * 32 : n;
+        jobs[w].buf = scratch((npy_intp)bytes);
+        ready = ready && jobs[w].buf;
+    }
+    if (!ready) {
+        for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+        return PyErr_NoMemory();
+    }
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (workers > 1) g_pool_run(workers, (void *)amx_task, jobs, (int)sizeof(AmxJob));
+    else amx_task(&jobs[0]);
+    for (int w = 0; w < workers; ++w) bad |= jobs[w].bad;
+    Py_END_ALLOW_THREADS
+    for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+    if (bad) Py_RETURN_NONE;
+    return PyLong_FromSsize_t((Py_ssize_t)bytes * workers);
+}
+
+/* set_amx(on) -> bool: allow (1) or forbid (0) the AMX tiles; whether they now run. */
+static PyObject *set_amx(PyObject *self, PyObject *arg) {
+    const long on = PyLong_AsLong(arg);
+    if (on == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(amx_cap((int)on));
+}
+
+/* amx_ready() -> bool: whether the AMX tiles run (this CPU, its OS, and the cap). */
+static PyObject *amx_ready_py(PyObject *self, PyObject *unused) {
+    return PyBool_FromLong(amx_ready());
+}
+
 /* ------------------------------------------------------------------ summed GEMMs on views */
 
 
@@ -3053,6 +3178,14 @@ static PyMethodDef methods[] = {
     {"half_copy", half_copy, METH_VARARGS,
      "half_copy(dst, src) -> bool: dst[...] = src between float16 and float32 with the F16C "
      "instructions; False (nothing written) when it does not apply."},
+    {"amx_gemm", amx_gemm, METH_VARARGS,
+     "amx_gemm(a, b, d, c, alpha, beta) -> int | None: d[h] = alpha a[h] @ b[h] + beta c[h], "
+     "BF16 numbers (as uint16) multiplied and summed in F32 on the AMX tiles; the bytes of the "
+     "buffers it used, None (d not computed) when the tiles or the arrays do not fit."},
+    {"amx_ready", amx_ready_py, METH_NOARGS,
+     "amx_ready() -> bool: whether the AMX tiles run here."},
+    {"set_amx", set_amx, METH_O,
+     "set_amx(on) -> bool: allow or forbid the AMX tiles; whether they now run."},
     {"layout_key", (PyCFunction)(void (*)(void))layout_key, METH_FASTCALL,
      "layout_key(head, operands, first) -> tuple | None: head + (the layouts of "
      "operands[first:] packed in bytes,), None unless each is exactly an ndarray."},

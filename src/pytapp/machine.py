@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import platform
@@ -65,7 +66,10 @@ class Machine:
     orientation: dict[str, float] = field(default_factory=dict)
 
     def gemm_rate(self, library: str, dtype: str, small: bool = False) -> float:
-        """Flop/s of a GEMM by ``library`` ('numpy' or 'torch') in ``dtype``; 0 if unknown."""
+        """Flop/s of a GEMM by ``library`` in ``dtype``; 0 if unknown.
+
+        'numpy' (its BLAS), 'torch', or 'tiles' (blas's BF16 GEMM on the AMX tiles).
+        """
         table = self.small if small else self.big
         return float(table.get(library, {}).get(dtype, 0.0))
 
@@ -211,11 +215,33 @@ def _measure(key: str) -> Machine:
                         fn = partial(torch.matmul, t, t)
                     rate = flops / _best(fn)
                     table[library][dt] = max(rate, table[library].get(dt, 0.0))
+        tiles = _tile_rates()
+        for table, rate in zip((big, small), tiles, strict=False):
+            table.setdefault("tiles", {})["bf16"] = max(rate, table.get("tiles", {}).get(
+                "bf16", 0.0))
     src = np.ones(4 << 20)
     dst = np.empty_like(src)
     bandwidth = 2 * src.nbytes / _best(lambda: np.copyto(dst, src))
     time.sleep(0.3)  # torch's pool, measured last, idle again
     return Machine(key, bandwidth, big, small, measured=True, orientation=_orientations())
+
+
+def _tile_rates() -> tuple[float, ...]:
+    """Flop/s of blas's BF16 GEMM on the AMX tiles at n = 512 and 64; () without the tiles."""
+    try:
+        _cexec: Any = importlib.import_module("pytapp._cexec")
+    except ImportError:
+        return ()
+    if not _cexec.amx_ready():
+        return ()
+    rates = []
+    rng = np.random.default_rng(0)
+    for n in (512, 64):
+        x = rng.standard_normal((1, n, n)).astype(np.float32)
+        bits = (x.view(np.uint32) >> 16).astype(np.uint16)  # BF16 numbers, truncated
+        out = np.empty((1, n, n), np.float32)
+        rates.append(2 * n**3 / _best(partial(_cexec.amx_gemm, bits, bits, out, None, 1.0, 0.0)))
+    return tuple(rates)
 
 
 #: Extents of the orientation probe: a GEMM of (THIN x LONG) by (LONG x LONG).

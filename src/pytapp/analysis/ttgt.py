@@ -82,7 +82,7 @@ class PlanProfile:
     ``kind`` is the layout's (``None`` when unknown: every figure then takes its default);
     ``copy_bytes`` the operand bytes packed per execution; ``d_direct`` whether the product
     is written straight into D; ``route`` and ``view`` (m, n, k, calls of the GEMMs on
-    views) when blas runs it without packing.
+    views) when blas runs it without packing; ``tiles`` when its GEMMs run on the AMX tiles.
     """
 
     kind: Kind | None = None
@@ -94,6 +94,8 @@ class PlanProfile:
     d_direct: bool = True
     route: Route | None = None
     view: tuple[int, int, int, int] | None = None
+    #: BF16 GEMMs on the AMX tiles (no copies, the epilogue fused).
+    tiles: bool = False
 
 
 def _larger(x: OperandSpec, y: OperandSpec) -> OperandSpec:

@@ -161,8 +161,9 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
     """Predicted seconds of each capable backend, from this machine's measured constants.
 
     blas: its chosen route (one pass of a compiled kernel over the operands, GEMMs on views,
-    or TTGT with its copies) at NumPy's GEMM rate; torch: the same TTGT at torch's rate (its
-    native rate for F16/BF16 inputs); tblis: the GEMM without copies at NumPy's rate.
+    or TTGT with its copies) at NumPy's GEMM rate, BF16 GEMMs on the AMX tiles at theirs;
+    torch: the same TTGT at torch's rate (its native rate for F16/BF16 inputs); tblis: the
+    GEMM without copies at NumPy's rate.
     """
     p = profile or PlanProfile()
     cplx = spec.rule.is_complex
@@ -194,6 +195,9 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
             elif route is Route.VIEW_GEMM and p.view is not None:
                 vm, vn, vk, calls = p.view
                 out[name] = view_gemm_seconds(vm, vn, vk, calls, model("numpy", dt), cplx)
+            elif p.tiles:  # BF16 on the AMX tiles: nothing converted, nothing copied
+                out[name] = ttgt_seconds(m, n, k, h, 0, 0, model("tiles", "bf16"), cplx)
+                continue
             elif p.kind is Kind.GEMM:
                 out[name] = ttgt_seconds(m, n, k, h, copies, stored, model("numpy", dt), cplx)
             else:
@@ -233,9 +237,10 @@ def model_choice(spec: ContractionSpec, capable: list[str],
 
     F16 accumulation (every partial sum rounded) runs on the reference loop; F16/BF16 inputs
     go where the prediction is smaller: torch's native low-precision GEMM (fast on CPUs with
-    AMX or AVX512-BF16, slow on others) or NumPy's F32 GEMM after converting the inputs
-    (whatever blas's route, the conversion is a copy); a product blas runs as one compiled
-    kernel pass or as GEMMs on views stays on blas (nothing is copied); otherwise torch only
+    AMX or AVX512-BF16, slow on others), blas's BF16 GEMM on the AMX tiles, or NumPy's F32
+    GEMM after converting the inputs (whatever blas's route, the conversion is a copy); a
+    product blas runs as one compiled kernel pass or as GEMMs on views stays on blas
+    (nothing is copied); otherwise torch only
     when predicted :data:`OTHER_POOL_MARGIN` times faster than blas (never tblis: its idle
     threads slow the OpenBLAS calls around it; see the module's notes). A library not
     imported yet is priced with its import.
@@ -245,7 +250,8 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     machine = machine or machine_constants()
     p = profile or PlanProfile()
     if spec.a.datatype in _LOW and spec.b.datatype in _LOW and "torch" in capable:
-        # blas converts F16/BF16 operands to F32 whatever its route: no route is copy-free
+        # blas converts F16/BF16 operands to F32 whatever its route (BF16 GEMMs on the AMX
+        # tiles excepted): the two are priced
         if "blas" not in capable:
             return "torch"
         ranked = predictions(spec, ["blas", "torch"], p, machine, imports=True)

@@ -38,9 +38,10 @@ from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["available", "blas_available", "compile_chain", "compile_lowered", "compile_product",
-           "half_copy", "layout_key", "packed_gemm", "pool_map", "summed_gemm",
-           "summed_gemm_available", "tile_count", "tiled_copy", "use_tiles"]
+__all__ = ["available", "bf16_gemm", "bf16_tiles", "blas_available", "compile_chain",
+           "compile_lowered", "compile_product", "half_copy", "layout_key", "packed_gemm",
+           "pool_map", "summed_gemm", "summed_gemm_available", "tile_count", "tiled_copy",
+           "use_tiles"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -131,6 +132,57 @@ def half_copy(dst: np.ndarray, src: Any) -> bool:
     if np.may_share_memory(dst, src):
         return False
     done: bool = _cexec.half_copy(dst, src)
+    return done
+
+
+def bf16_tiles(on: bool | None = None) -> bool:
+    """Whether BF16 GEMMs run on the CPU's AMX tiles; ``on`` allows or forbids them first.
+
+    The tiles need an x86-64 CPU with AMX-BF16 (Intel Xeon since Sapphire Rapids), Linux, and
+    the extension built by GCC 11+ or clang 13+. Forbidding them (for comparisons and tests)
+    sends BF16 products back to the F32 GEMM.
+
+    Examples
+    --------
+    >>> isinstance(bf16_tiles(), bool)
+    True
+    """
+    if _cexec is None:
+        return False
+    if on is not None:
+        return bool(_cexec.set_amx(int(on)))
+    return bool(_cexec.amx_ready())
+
+
+def bf16_gemm(a: np.ndarray, b: np.ndarray, d: np.ndarray, c: np.ndarray | None = None,
+              alpha: float = 1.0, beta: float = 0.0) -> int | None:
+    """``d[h] = alpha a[h] @ b[h] + beta c[h]`` for BF16 ``a`` and ``b`` on the AMX tiles.
+
+    ``a`` (h, m, k) and ``b`` (h, k, n) hold BF16 numbers, ``d`` and ``c`` (h, m, n) BF16 or
+    float32 ones; any strides. Products and sums are F32 (the tiles multiply BF16 pairs exactly
+    and add in F32), the epilogue F32 too, rounded once into ``d``'s type: SPEC's DEFAULT and
+    BF16BF16_ACCUM_F32 precisions. Returns the bytes of the buffers it used; ``None`` when the
+    tiles are not there, the arrays do not fit, or ``a`` or ``b`` holds subnormal numbers
+    (which the tiles read as zero): ``d`` may then be partly written, so ``c`` must not be
+    ``d`` then, and ``d`` must not overlap ``a`` or ``b`` (the caller checks both).
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> x = np.arange(6, dtype=ml_dtypes.bfloat16).reshape(1, 2, 3)
+    >>> y = np.ones((1, 3, 2), ml_dtypes.bfloat16)
+    >>> out = np.empty((1, 2, 2), np.float32)
+    >>> if bf16_gemm(x, y, out) is not None:
+    ...     assert out.tolist() == [[[3.0, 3.0], [12.0, 12.0]]]
+    """
+    if _cexec is None:
+        return None
+
+    def bits(x: np.ndarray) -> np.ndarray:
+        return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
+
+    done: int | None = _cexec.amx_gemm(bits(a), bits(b), bits(d),
+                                       None if c is None else bits(c), float(alpha), float(beta))
     return done
 
 

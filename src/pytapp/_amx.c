@@ -1,0 +1,426 @@
+/* BF16 GEMMs with F32 sums on the AMX tile unit.
+ *
+ * SPEC computes BF16 products in F32 (DEFAULT and BF16BF16_ACCUM_F32). The tile unit's
+ * TDPBF16PS multiplies BF16 pairs exactly and adds them into F32 sums, 16x16 sums per
+ * instruction: on the 2-core Xeon this was written on, a 2048x1024 by 1024x1024 product took
+ * about a quarter of the time of the F32 GEMM of the same numbers, without the F32 copies of A
+ * and B. The tiles read subnormal inputs as zero; packing finds them, and such a product is
+ * left to the F32 route (amx_gemm_part returns 1).
+ *
+ * Layout: A is packed in panels of 16 rows, each cut into tiles of 16 rows x 32 numbers along k
+ * (1 KiB, contiguous); B in panels of 16 columns, each cut into tiles of 16 pairs of k x 16
+ * columns (the pairs interleaved, as TDPBF16PS reads them). Edges are padded with zeros to
+ * whole pairs of panels. Each step of 32 along k loads two tiles of A and two of B and adds
+ * their four products into four 16x16 F32 tiles of D (a 32x32 block). B is packed in chunks of
+ * KC numbers along k by NC columns (kept in the second-level cache), A in blocks of MC rows by
+ * KC; D is loaded back between chunks of k.
+ *
+ * Compiled only with GCC 11+ or clang 13+ on x86-64 Linux (through target attributes: no
+ * -march flag); elsewhere amx_ready() is 0 and the F32 route runs every product. */
+#define _GNU_SOURCE /* syscall() under -std=c11 */
+#include "_amx.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 13) ||                    \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum { KC = 1024, MC = 128, NC = 512, TILE = 512 /* numbers per tile */ };
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static int g_amx = 0, g_amx_cap = 1;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return; /* AMX-BF16, AMX-TILE */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return; /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0x60000u) != 0x60000u) return; /* the OS saves the tile state */
+    /* Linux hands the tile data state out per process, on request */
+    g_amx = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+int amx_ready(void) {
+    (void)pthread_once(&g_amx_once, amx_probe);
+    return g_amx && g_amx_cap;
+}
+
+int amx_cap(int on) {
+    g_amx_cap = on != 0;
+    return amx_ready();
+}
+
+static int64_t up32(int64_t x) { return (x + 31) / 32 * 32; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Columns of D per packed block of B: the whole of k by NC columns, kept near 2 MiB. */
+static int64_t block_columns(const AmxGemm *g) {
+    int64_t nc = (int64_t)(2 << 20) / (up32(g->k > 0 ? g->k : 1) * 2) / 32 * 32;
+    nc = nc < 32 ? 32 : nc > NC ? NC : nc;
+    return min64(nc, up32(g->n));
+}
+
+size_t amx_buffer_bytes(const AmxGemm *g) {
+    const int64_t nc = block_columns(g), mc = min64(MC, up32(g->m));
+    const int64_t kc = min64(KC, up32(g->k));
+    return (size_t)(up32(g->k) * nc * 2 + mc * kc * 2 + mc * nc * 4 + 3 * 64);
+}
+
+/* 1 where the BF16 number x is subnormal (exponent 0, fraction not 0) */
+#define SUBNORMAL(x) ((uint16_t)(((x) & 0x7fffu) - 1u) < 0x7fu)
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* Lanes of v (32 BF16 numbers) that hold subnormal numbers. */
+AVX512 static inline __mmask32 subnormals(__m512i v) {
+    const __m512i low = _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x7fff)),
+                                         _mm512_set1_epi16(1));
+    return _mm512_cmplt_epu16_mask(low, _mm512_set1_epi16(0x7f));
+}
+
+/* The 16x16 32-bit numbers of r transposed in place. */
+AVX512 static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) { /* u[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L+j */
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+        const __m512i a01 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+        const __m512i a23 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
+        const __m512i b01 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+        const __m512i b23 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
+        r[j] = _mm512_shuffle_i32x4(a01, b01, 0x88);
+        r[4 + j] = _mm512_shuffle_i32x4(a01, b01, 0xdd);
+        r[8 + j] = _mm512_shuffle_i32x4(a23, b23, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(a23, b23, 0xdd);
+    }
+}
+
+/* Mask of the first `n` (0..32) 16-bit lanes. */
+static inline __mmask32 first16(int64_t n) {
+    return n >= 32 ? 0xffffffffu : n <= 0 ? 0u : (__mmask32)((1u << n) - 1u);
+}
+
+/* Pairs of rows x, y of 16-bit numbers (`n` of each, at most 16) interleaved: lane c holds
+ * x[c] in its low half and y[c] in its high half; a missing row reads as zeros. */
+AVX512 static inline __m512i interleave(const char *x, const char *y, int64_t n) {
+    const __mmask16 m = (__mmask16)first16(n);
+    const __m512i lo = x ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)) : _mm512_setzero_si512();
+    const __m512i hi = y ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y)) : _mm512_setzero_si512();
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+/* A tile of 16 lines of up to 32 16-bit numbers: line c (c < lines, else zeros) is `len`
+ * consecutive numbers at src + c * step; the 16 lines, transposed as 16x16 pairs. */
+AVX512 static inline void lines_transposed(const char *src, int64_t step, int64_t lines,
+                                           int64_t len, uint16_t *t) {
+    __m512i r[16];
+    const __mmask32 m = first16(len);
+    for (int c = 0; c < 16; ++c)
+        r[c] = c < lines ? _mm512_maskz_loadu_epi16(m, src + c * step) : _mm512_setzero_si512();
+    transpose16(r);
+    for (int c = 0; c < 16; ++c) _mm512_store_si512(t + c * 32, r[c]);
+}
+
+/* A tile whose 16 rows are interleaved pairs of lines (lines 2kp, 2kp+1 of `lines`; `len` of
+ * 16 numbers each, at src + line * step), transposed when `flip`. */
+AVX512 static inline void pairs_tile(const char *src, int64_t step, int64_t lines, int64_t len,
+                                     int flip, uint16_t *t) {
+    __m512i r[16];
+    for (int kp = 0; kp < 16; ++kp) {
+        const int64_t l0 = 2 * kp, l1 = l0 + 1;
+        r[kp] = interleave(l0 < lines ? src + l0 * step : NULL,
+                           l1 < lines ? src + l1 * step : NULL, len);
+    }
+    if (flip) transpose16(r);
+    for (int c = 0; c < 16; ++c) _mm512_store_si512(t + c * 32, r[c]);
+}
+
+/* Subnormal numbers in a packed tile. */
+AVX512 static inline unsigned tile_subnormals(const uint16_t *t) {
+    __mmask32 bad = 0;
+    for (int c = 0; c < 16; ++c) bad |= subnormals(_mm512_load_si512(t + c * 32));
+    return bad != 0;
+}
+
+/* Rows i0..i0+mb of A, numbers k0..k0+kb along k, packed (see the top); 1 on a subnormal. */
+AVX512 static int pack_a(const AmxGemm *g, int64_t i0, int64_t mb, int64_t k0, int64_t kb,
+                         uint16_t *ap) {
+    const int64_t panels = up32(mb) / 16, steps = up32(kb) / 32;
+    const int64_t ars = g->ars, acs = g->acs;
+    unsigned bad = 0;
+    for (int64_t p = 0; p < panels; ++p) {
+        const int64_t rows = min64(16, mb - p * 16);
+        for (int64_t s = 0; s < steps; ++s) {
+            uint16_t *t = ap + (p * steps + s) * TILE;
+            const int64_t cnt = min64(32, kb - s * 32);
+            const char *src = g->A + (i0 + p * 16) * ars + (k0 + s * 32) * acs;
+            if (acs == 2) { /* rows of A are rows of the tile */
+                const __mmask32 m = first16(cnt);
+                for (int r = 0; r < 16; ++r)
+                    _mm512_store_si512(t + r * 32, r < rows ? _mm512_maskz_loadu_epi16(m, src + r * ars)
+                                                            : _mm512_setzero_si512());
+            } else if (ars == 2) { /* columns of A: pairs of them, transposed */
+                pairs_tile(src, acs, cnt, rows, 1, t);
+            } else {
+                for (int r = 0; r < 16; ++r)
+                    for (int64_t c = 0; c < 32; ++c)
+                        t[r * 32 + c] = r < rows && c < cnt
+                                            ? *(const uint16_t *)(src + r * ars + c * acs)
+                                            : 0;
+            }
+            bad |= tile_subnormals(t);
+        }
+    }
+    return bad != 0;
+}
+
+/* Columns j0..j0+nb of B, numbers k0..k0+kb along k, packed (see the top); 1 on a subnormal. */
+AVX512 static int pack_b(const AmxGemm *g, int64_t j0, int64_t nb, int64_t k0, int64_t kb,
+                         uint16_t *bp) {
+    const int64_t panels = up32(nb) / 16, steps = up32(kb) / 32;
+    const int64_t brs = g->brs, bcs = g->bcs;
+    unsigned bad = 0;
+    for (int64_t q = 0; q < panels; ++q)
+        for (int64_t s = 0; s < steps; ++s) {
+            uint16_t *t = bp + (q * steps + s) * TILE;
+            const int64_t kn = min64(32, kb - s * 32), jn = min64(16, nb - q * 16);
+            const char *src = g->B + (k0 + s * 32) * brs + (j0 + q * 16) * bcs;
+            if (brs == 2) { /* columns of B: 16 pairs along k each, transposed */
+                lines_transposed(src, bcs, jn, kn, t);
+            } else if (bcs == 2) { /* rows of B, interleaved in pairs */
+                pairs_tile(src, brs, kn, jn, 0, t);
+            } else {
+                for (int kp = 0; kp < 16; ++kp)
+                    for (int64_t c = 0; c < 16; ++c)
+                        for (int e = 0; e < 2; ++e) {
+                            const int64_t kk = 2 * kp + e;
+                            t[(kp * 16 + c) * 2 + e] =
+                                kk < kn && c < jn ? *(const uint16_t *)(src + kk * brs + c * bcs)
+                                                  : 0;
+                        }
+            }
+            bad |= tile_subnormals(t);
+        }
+    return bad != 0;
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileConfig;
+
+#define BARRIER() __asm__ volatile("" ::: "memory")
+
+/* The F32 sums acc[mpanels * 16, npanels * 16] (row stride `ld` numbers, whole pairs of
+ * panels) of packed A (panels `as` numbers apart) and packed B (panels `bs` apart), `steps` of
+ * 32 along k; added onto acc unless `first`. */
+__attribute__((target("amx-tile,amx-bf16"))) static void
+run_blocks(float *acc, int64_t ld, const uint16_t *ap, int64_t as, int64_t mpanels,
+           const uint16_t *bp, int64_t bs, int64_t npanels, int64_t steps, int first) {
+    const int64_t st = ld * 4;
+    for (int64_t q = 0; q < npanels; q += 2)
+        for (int64_t p = 0; p < mpanels; p += 2) {
+            float *o = acc + p * 16 * ld + q * 16;
+            if (first) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            } else {
+                _tile_loadd(0, o, st);
+                _tile_loadd(1, o + 16, st);
+                _tile_loadd(2, o + 16 * ld, st);
+                _tile_loadd(3, o + 16 * ld + 16, st);
+            }
+            const uint16_t *a0 = ap + p * as, *a1 = a0 + as;
+            const uint16_t *b0 = bp + q * bs, *b1 = b0 + bs;
+            for (int64_t s = 0; s < steps; ++s) {
+                _tile_loadd(4, a0 + s * TILE, 64);
+                _tile_loadd(6, b0 + s * TILE, 64);
+                _tile_loadd(5, a1 + s * TILE, 64);
+                _tile_loadd(7, b1 + s * TILE, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, o, st);
+            _tile_stored(1, o + 16, st);
+            _tile_stored(2, o + 16 * ld, st);
+            _tile_stored(3, o + 16 * ld + 16, st);
+        }
+}
+
+/* Eight tiles of 16 rows of 64 bytes. (A constant in memory: the intrinsic tells the compiler
+ * that it reads only the first 8 bytes, so stores into a local configuration could be dropped.) */
+static const TileConfig g_config = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+__attribute__((target("amx-tile"))) static void tiles_on(void) { _tile_loadconfig(&g_config); }
+
+__attribute__((target("amx-tile"))) static void tiles_off(void) { _tile_release(); }
+
+/* F32 to BF16, rounded to nearest even (subnormals kept; NaN stays a quiet NaN). */
+static inline uint16_t to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+AVX512 static inline __m512 from_bf16x16(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The 32-bit lanes of x rounded to BF16 (to nearest even; NaN stays a quiet NaN), in the
+ * high halves of the lanes. */
+AVX512 static inline __m512i bf16_high(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+}
+
+/* 32 F32 numbers (x, then y) rounded to BF16, in order. */
+AVX512 static inline __m512i to_bf16x32(__m512 x, __m512 y) {
+    const __m512i high = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37,
+                                          35, 33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9,
+                                          7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(bf16_high(x), high, bf16_high(y));
+}
+
+/* D[i0:i0+mb, j0:j0+nb] = alpha acc + beta C (in F32, stored in D's type). */
+AVX512 static void store_block(const AmxGemm *g, const float *acc, int64_t ld, int64_t i0,
+                               int64_t mb, int64_t j0, int64_t nb) {
+    const __m512 al = _mm512_set1_ps(g->alpha), be = _mm512_set1_ps(g->beta);
+    const int dbf = g->dtype == AMX_BF16, cbf = g->ctype == AMX_BF16;
+    const int64_t di = dbf ? 2 : 4, ci = cbf ? 2 : 4;
+    for (int64_t r = 0; r < mb; ++r) {
+        const float *x = acc + r * ld;
+        char *d = g->D + (i0 + r) * g->drs + j0 * g->dcs;
+        const char *c = g->ctype ? g->C + (i0 + r) * g->crs + j0 * g->ccs : NULL;
+        int64_t j = 0;
+        if (g->dcs == di && (!c || g->ccs == ci))
+            for (; j < nb; j += 32) { /* 32 numbers: one cache line of BF16 */
+                const __mmask32 m = first16(nb - j);
+                __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + j), al);
+                __m512 w = _mm512_mul_ps(_mm512_loadu_ps(x + j + 16), al);
+                if (c && cbf) {
+                    const __m512i cv = _mm512_maskz_loadu_epi16(m, c + j * 2);
+                    v = _mm512_fmadd_ps(from_bf16x16(_mm512_castsi512_si256(cv)), be, v);
+                    w = _mm512_fmadd_ps(from_bf16x16(_mm512_extracti64x4_epi64(cv, 1)), be, w);
+                } else if (c) {
+                    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps((__mmask16)m, c + j * 4), be, v);
+                    w = _mm512_fmadd_ps(_mm512_maskz_loadu_ps((__mmask16)(m >> 16), c + j * 4 + 64),
+                                        be, w);
+                }
+                if (dbf && m == 0xffffffffu && !(((uintptr_t)(d + j * 2)) & 63)) {
+                    _mm512_stream_si512((void *)(d + j * 2), to_bf16x32(v, w));
+                } else if (dbf) {
+                    _mm512_mask_storeu_epi16(d + j * 2, m, to_bf16x32(v, w));
+                } else {
+                    _mm512_mask_storeu_ps(d + j * 4, (__mmask16)m, v);
+                    _mm512_mask_storeu_ps(d + j * 4 + 64, (__mmask16)(m >> 16), w);
+                }
+            }
+        for (; j < nb; ++j) {
+            float v = g->alpha * x[j];
+            if (c) {
+                const char *cj = c + j * g->ccs;
+                v = fmaf(cbf ? from_bf16(*(const uint16_t *)cj) : *(const float *)cj, g->beta, v);
+            }
+            if (dbf) *(uint16_t *)(d + j * g->dcs) = to_bf16(v);
+            else *(float *)(d + j * g->dcs) = v;
+        }
+    }
+}
+
+static char *align64(char *p) { return (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, void *buf) {
+    if (m1 <= m0 || n1 <= n0) return 0;
+    const int64_t nc = block_columns(g), kall = up32(g->k);
+    const int64_t kc = min64(KC, kall), mc = min64(MC, up32(g->m));
+    uint16_t *bp = (uint16_t *)align64(buf);
+    uint16_t *ap = (uint16_t *)align64((char *)(bp + kall * nc));
+    float *acc = (float *)align64((char *)(ap + mc * kc));
+    int bad = 0;
+    if (g->k > 0) tiles_on();
+    for (int64_t j = n0; j < n1 && !bad; j += nc) {
+        const int64_t nb = min64(nc, n1 - j), np = up32(nb) / 16, ld = np * 16;
+        if (g->k > 0) bad = pack_b(g, j, nb, 0, g->k, bp);
+        BARRIER();
+        for (int64_t i = m0; i < m1 && !bad; i += MC) {
+            const int64_t mb = min64(MC, m1 - i), mp = up32(mb) / 16;
+            if (g->k < 1) memset(acc, 0, (size_t)(mp * 16 * ld * 4));
+            for (int64_t k0 = 0; k0 < g->k && !bad; k0 += KC) {
+                const int64_t kb = min64(KC, g->k - k0), steps = up32(kb) / 32;
+                bad = pack_a(g, i, mb, k0, kb, ap);
+                BARRIER();
+                if (!bad)
+                    run_blocks(acc, ld, ap, steps * TILE, mp, bp + k0 / 32 * TILE,
+                               kall / 32 * TILE, np, steps, k0 == 0);
+                BARRIER();
+            }
+            if (!bad) store_block(g, acc, ld, i, mb, j, nb);
+        }
+    }
+    if (g->k > 0) tiles_off();
+    return bad;
+}
+
+#else /* no AMX build: the F32 route runs every product */
+
+int amx_ready(void) { return 0; }
+
+int amx_cap(int on) {
+    (void)on;
+    return 0;
+}
+
+size_t amx_buffer_bytes(const AmxGemm *g) {
+    (void)g;
+    return 64;
+}
+
+int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, void *buf) {
+    (void)g, (void)m0, (void)m1, (void)n0, (void)n1, (void)buf;
+    return 1;
+}
+
+#endif

@@ -1,0 +1,47 @@
+/* BF16 GEMMs with F32 sums on the AMX tile unit (see _amx.c). */
+#ifndef PYTAPP_AMX_H
+#define PYTAPP_AMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Whether this CPU and its OS run AMX-BF16 tiles for this process (asked once: the first call
+ * asks Linux for the tiles' register state), under the cap of amx_cap. */
+int amx_ready(void);
+
+/* Allow (1) or forbid (0) the tiles (for comparisons and tests); returns amx_ready. */
+int amx_cap(int on);
+
+/* The types of D and C. */
+enum { AMX_NONE = 0, AMX_F32 = 1, AMX_BF16 = 2 };
+
+/* One GEMM D[m, n] = alpha A[m, k] B[k, n] + beta C[m, n] of BF16 numbers A and B, the
+ * products and sums in F32 (the tiles multiply BF16 pairs exactly and add in F32), the
+ * epilogue in F32 too, rounded once into D's type (F32 or BF16, as C's). Every operand is read
+ * or written where it lies, any strides (in bytes); C (ctype AMX_NONE: none) may be D itself
+ * (same strides). */
+typedef struct {
+    int64_t m, n, k;
+    const char *A;
+    int64_t ars, acs;
+    const char *B;
+    int64_t brs, bcs;
+    char *D;
+    int64_t drs, dcs;
+    int dtype;
+    const char *C;
+    int64_t crs, ccs;
+    int ctype;
+    float alpha, beta;
+} AmxGemm;
+
+/* Bytes of buffer amx_gemm_part needs. */
+size_t amx_buffer_bytes(const AmxGemm *g);
+
+/* D[m0:m1, n0:n1] on the calling thread, with `buf` (amx_buffer_bytes) for the packed operands
+ * and the F32 sums. 0: done; 1: an operand holds a subnormal number, which the tiles would read
+ * as zero (this part of D may then be partly written: the caller computes D another way, from
+ * C untouched only where C is not D). */
+int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, void *buf);
+
+#endif

@@ -1,0 +1,188 @@
+"""BF16 GEMMs on the AMX tiles (blas's route for BF16 operands on CPUs that have them).
+
+The tiles multiply BF16 pairs exactly and add in F32; the epilogue runs in F32 and rounds once
+into D's type. Every case runs on small-integer data whose sums are exact in F32, so the tiles'
+order of summation cannot change a number: D must equal numpy.einsum in float64 on the same
+numbers, rounded once into D's type by NumPy. Each case also runs with the tiles forbidden
+(the F32 GEMM on converted copies), which must give the same D. On CPUs without AMX-BF16 only
+that second half runs, and the tests that need the tiles are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pytapp import Handle, TensorInfo, TensorProduct, clear_plan_cache
+from pytapp.kernels import program
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+TILES = program.bf16_tiles()
+needs_tiles = pytest.mark.skipif(not TILES, reason="this CPU has no AMX-BF16 tiles")
+
+#: (equation, extents): plain and transposed operands, batches, D's fastest labels from B
+#: (written as D^T = B^T A^T), sums longer than one chunk of k (1024), more columns than one
+#: packed block of B, and extents that fill no whole tile.
+CASES: dict[str, tuple[str, dict[str, int]]] = {
+    "dense_layer": ("tk,nk->tn", {"t": 70, "k": 48, "n": 40}),
+    "row_major_b": ("ik,kj->ij", {"i": 33, "k": 65, "j": 47}),
+    "transposed_a": ("ki,kj->ij", {"i": 37, "k": 70, "j": 29}),
+    "d_transposed": ("ij,jk->ki", {"i": 50, "j": 70, "k": 30}),
+    "attention": ("bhqd,bhkd->bhqk", {"b": 2, "h": 3, "q": 40, "k": 33, "d": 16}),
+    "long_sum": ("ik,kj->ij", {"i": 20, "k": 2100, "j": 18}),
+    "wide": ("ik,kj->ij", {"i": 17, "k": 3000, "j": 700}),
+    "merged_labels": ("abc,cd->dba", {"a": 5, "b": 6, "c": 70, "d": 9}),
+    "one_row": ("k,kj->j", {"k": 40, "j": 50}),
+    "tiny": ("ik,kj->ij", {"i": 1, "k": 1, "j": 1}),
+}
+
+
+def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    return rng.integers(-8, 9, shape).astype(dtype)
+
+
+def _shape(word: str, ext: dict[str, int]) -> tuple[int, ...]:
+    return tuple(ext[x] for x in word)
+
+
+@pytest.fixture(params=[True, False], ids=["tiles", "f32_gemm"])
+def tiles(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Run with the tiles allowed (where the CPU has them) and forbidden."""
+    if request.param and not TILES:
+        pytest.skip("this CPU has no AMX-BF16 tiles")
+    program.bf16_tiles(request.param)
+    clear_plan_cache()  # plans decide their route when built
+    yield request.param
+    program.bf16_tiles(True)
+    clear_plan_cache()
+
+
+def _run(eq: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, d: np.ndarray,
+         alpha: float, beta: float) -> Any:
+    la, rest = eq.split(",")
+    lb, ld = rest.split("->")
+    with Handle(backend="blas") as h:
+        cinfo = TensorInfo.from_array(d if c is None else c)
+        plan = TensorProduct(h, TensorInfo.from_array(a), la, TensorInfo.from_array(b), lb,
+                             cinfo, ld, TensorInfo.from_array(d), ld)
+        return plan.execute(alpha, a, b, beta, c, d)
+
+
+def _want(eq: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float,
+          beta: float, dtype: Any) -> np.ndarray:
+    exact = alpha * np.einsum(eq, a.astype(np.float64), b.astype(np.float64))
+    if c is not None and beta != 0:
+        exact = exact + beta * c.astype(np.float64)
+    return np.asarray(exact).astype(dtype)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("d_type", [BF16, np.dtype(np.float32)], ids=["d_bf16", "d_f32"])
+@pytest.mark.parametrize("c_type", [None, BF16, np.dtype(np.float32), np.dtype(np.float64)],
+                         ids=["no_c", "c_bf16", "c_f32", "c_f64"])
+def test_products_equal_numpy(name: str, d_type: Any, c_type: Any, tiles: bool) -> None:
+    eq, ext = CASES[name]
+    rng = np.random.default_rng(abs(hash((name, str(d_type), str(c_type)))) % 2**32)
+    la, rest = eq.split(",")
+    lb, ld = rest.split("->")
+    a, b = _data(rng, _shape(la, ext), BF16), _data(rng, _shape(lb, ext), BF16)
+    c = None if c_type is None else _data(rng, _shape(ld, ext), c_type)
+    d = np.full(_shape(ld, ext), np.nan, d_type)
+    beta = 0.0 if c is None else -2.0
+    status = _run(eq, a, b, c, d, 0.5, beta)
+    np.testing.assert_array_equal(d, _want(eq, a, b, c, 0.5, beta, d_type))
+    # an F64 C makes F64 the compute type (SPEC: the widest), which the tiles do not sum in
+    assert ("AMX" in status.algorithm) == (tiles and c_type != np.float64)
+
+
+@pytest.mark.parametrize("name", ["dense_layer", "attention", "d_transposed"])
+def test_c_is_d(name: str, tiles: bool) -> None:
+    """In-place accumulation (C is D): the tiles write an F32 temporary, then the epilogue."""
+    eq, ext = CASES[name]
+    rng = np.random.default_rng(7)
+    la, rest = eq.split(",")
+    lb, ld = rest.split("->")
+    a, b = _data(rng, _shape(la, ext), BF16), _data(rng, _shape(lb, ext), BF16)
+    d = _data(rng, _shape(ld, ext), BF16)
+    want = _want(eq, a, b, d, 0.75, 0.5, BF16)
+    _run(eq, a, b, d, d, 0.75, 0.5)
+    np.testing.assert_array_equal(d, want)
+
+
+def test_strided_operands(tiles: bool) -> None:
+    """Every operand a strided, offset view (no unit stride along the GEMM's rows)."""
+    rng = np.random.default_rng(3)
+    a = _data(rng, (90, 70), BF16)[::2, 3:]  # (45, 67)
+    b = _data(rng, (80, 60), BF16)[5:72, ::3].T  # (20, 67), unit stride along neither
+    c = _data(rng, (90, 50), np.float32)[::2, 1:21]
+    d_buf = np.full((90, 60), np.nan, BF16)
+    d = d_buf[::2, 10:30]
+    _run("ik,jk->ij", a, b, c, d, 1.0, 1.0)
+    np.testing.assert_array_equal(d, _want("ik,jk->ij", a, b, c, 1.0, 1.0, BF16))
+    untouched = np.ones(d_buf.shape, bool)
+    untouched[::2, 10:30] = False
+    assert np.isnan(d_buf[untouched].astype(np.float32)).all()  # nothing written around D
+
+
+def test_beta_zero_ignores_nan_in_c(tiles: bool) -> None:
+    rng = np.random.default_rng(4)
+    a, b = _data(rng, (40, 50), BF16), _data(rng, (50, 30), BF16)
+    c = np.full((40, 30), np.nan, BF16)
+    d = np.empty((40, 30), BF16)
+    _run("ik,kj->ij", a, b, c, d, 2.0, 0.0)
+    np.testing.assert_array_equal(d, _want("ik,kj->ij", a, b, None, 2.0, 0.0, BF16))
+
+
+def test_special_values(tiles: bool) -> None:
+    """NaN and infinities go through the products and the rounding into BF16."""
+    a = np.ones((32, 64), BF16)
+    b = np.ones((64, 32), BF16)
+    a[0, 0] = np.nan
+    a[1, :] = np.inf
+    b[:, 2] = -np.inf
+    d = np.empty((32, 32), BF16)
+    _run("ik,kj->ij", a, b, None, d, 1.0, 0.0)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(d.astype(np.float64), want)  # NaN where NumPy's, same infinities
+
+
+def test_rounding_to_nearest_even() -> None:
+    """D = alpha A B rounded once into BF16, ties to even (above 256 BF16 skips integers)."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 120, (48, 64)).astype(BF16)
+    b = rng.integers(0, 120, (64, 40)).astype(BF16)
+    d = np.empty((48, 40), BF16)
+    _run("ik,kj->ij", a, b, None, d, 1.0, 0.0)
+    exact = a.astype(np.float64) @ b.astype(np.float64)  # exact in F32 (< 2**24)
+    np.testing.assert_array_equal(d, exact.astype(np.float32).astype(BF16))
+
+
+@needs_tiles
+def test_subnormal_inputs_leave_the_tiles() -> None:
+    """The tiles read subnormal BF16 numbers as zero: such products take the F32 GEMM."""
+    a = np.ones((40, 64), BF16)
+    b = np.ones((64, 30), BF16)
+    a[3, :] = 0
+    a[3, 5] = np.float32(2.0**-130)  # subnormal in BF16 (and in F32)
+    b[5, :] = np.float32(2.0**100)
+    d = np.empty((40, 30), np.float32)
+    status = _run("ik,kj->ij", a, b, None, d, 1.0, 0.0)
+    np.testing.assert_array_equal(d, (a.astype(np.float64) @ b.astype(np.float64)).astype(
+        np.float32))
+    assert (d[3] == np.float32(2.0**-30)).all()  # the tiles would have given 0
+    assert "AMX" in status.algorithm  # the plan's route; this run fell back
+
+
+@needs_tiles
+def test_kernel_declines_what_it_does_not_take() -> None:
+    a = np.ones((1, 4, 5), BF16)
+    b = np.ones((1, 5, 3), BF16)
+    assert program.bf16_gemm(a, b, np.empty((1, 4, 3), np.float64)) is None  # F64 D
+    assert program.bf16_gemm(a, b, np.empty((1, 4, 4), np.float32)) is None  # wrong shape
+    out = np.empty((1, 4, 3), np.float32)
+    assert program.bf16_gemm(a, b, out) is not None
+    np.testing.assert_array_equal(out, np.full((1, 4, 3), 5.0))
