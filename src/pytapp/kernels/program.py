@@ -359,7 +359,8 @@ def use_tiles(on: bool | Literal["avx2", "avx512"] = True) -> str:
     conjugated or not) with a small side (a B of at most an eighth of the core's L2 cache,
     256 KiB at most, or of at most 128 columns) from the operands where they lie, where the
     BLAS packs both first; the BLAS runs the rest. They run on the widest vectors the CPU has,
-    AVX-512F or AVX2 with FMA. ``on``: ``True`` for those,
+    AVX-512F or AVX2 with FMA; BF16 GEMMs run on the AMX tiles where the CPU has them
+    (:func:`bf16_tiles`) unless the cap is below AVX-512. ``on``: ``True`` for those,
     ``False`` for none, ``"avx2"`` or ``"avx512"`` for at most those (comparisons, tests).
     ``PYTAPP_TILES`` in the environment (``0``, ``1``, ``avx2``, ``avx512``) sets it at
     start-up. Returns the vectors the tiles now run on: ``"avx512"``, ``"avx2"``, or ``""``
@@ -379,6 +380,7 @@ def use_tiles(on: bool | Literal["avx2", "avx512"] = True) -> str:
                         f"use_tiles takes True, False, 'avx2' or 'avx512', not {on!r}")
     if _cexec is None:
         return ""
+    _cexec.set_amx(int(cap == 2))
     return _TILE_ISAS[int(_cexec.set_tiles(cap))]
 
 
