@@ -77,7 +77,8 @@ static int64_t block_columns(const AmxGemm *g) {
 size_t amx_buffer_bytes(const AmxGemm *g) {
     const int64_t nc = block_columns(g), mc = min64(MC, up32(g->m));
     const int64_t kc = min64(KC, up32(g->k));
-    return (size_t)(up32(g->k) * nc * 2 + mc * kc * 2 + mc * nc * 4 + 3 * 64);
+    const int64_t gemm = up32(g->k) * nc * 2 + mc * kc * 2 + mc * nc * 4;
+    return (size_t)((gemm > g->k * 4 ? gemm : g->k * 4) + 3 * 64);
 }
 
 /* 1 where the BF16 number x is subnormal (exponent 0, fraction not 0) */
@@ -372,8 +373,109 @@ AVX512 static void store_block(const AmxGemm *g, const float *acc, int64_t ld, i
 
 static char *align64(char *p) { return (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* D[i, j] = alpha v + beta C[i, j], rounded once into D's type. */
+static inline void put(const AmxGemm *g, int64_t i, int64_t j, float v) {
+    v *= g->alpha;
+    if (g->ctype) {
+        const char *c = g->C + i * g->crs + j * g->ccs;
+        v = fmaf(g->ctype == AMX_BF16 ? from_bf16(*(const uint16_t *)c) : *(const float *)c,
+                 g->beta, v);
+    }
+    char *d = g->D + i * g->drs + j * g->dcs;
+    if (g->dtype == AMX_BF16) *(uint16_t *)d = to_bf16(v);
+    else *(float *)d = v;
+}
+
+/* 16 BF16 numbers (the first `n`) at p, `step` bytes apart, as F32. */
+AVX512 static inline __m512 bf16x16_at(const char *p, int64_t step, int64_t n) {
+    if (step == 2) return from_bf16x16(_mm256_maskz_loadu_epi16((__mmask16)first16(n), p));
+    uint16_t t[16] = {0};
+    for (int64_t c = 0; c < n && c < 16; ++c) t[c] = *(const uint16_t *)(p + c * step);
+    return from_bf16x16(_mm256_loadu_si256((const __m256i *)t));
+}
+
+/* Rows m0..m1 of a GEMV (n = 1): memory-bound, so no tiles and no packing of A. B's column
+ * is converted to F32 once (into buf); A's rows are dotted with it four at a time where they
+ * run along k, else A's columns are added, scaled, into 256 rows' sums at a time. The F32
+ * sums read subnormal numbers as they are. */
+AVX512 static void gemv_part(const AmxGemm *g, int64_t m0, int64_t m1, void *buf) {
+    const int64_t k = g->k;
+    float *x = (float *)align64(buf);
+    for (int64_t kk = 0; kk < k; ++kk) x[kk] = from_bf16(*(const uint16_t *)(g->B + kk * g->brs));
+    if (g->ars == 2 && g->acs != 2 && m1 - m0 > 1) { /* columns of A along the rows of D */
+        for (int64_t i = m0; i < m1; i += 256) {
+            const int64_t rows = min64(256, m1 - i);
+            __m512 y[16];
+            for (int v = 0; v < 16; ++v) y[v] = _mm512_setzero_ps();
+            for (int64_t kk = 0; kk < k; ++kk) {
+                const __m512 xv = _mm512_set1_ps(x[kk]);
+                const char *col = g->A + i * 2 + kk * g->acs;
+                for (int v = 0; v < 16 && v * 16 < rows; ++v)
+                    y[v] = _mm512_fmadd_ps(bf16x16_at(col + v * 32, 2, rows - v * 16), xv, y[v]);
+            }
+            float out[256];
+            for (int v = 0; v < 16; ++v) _mm512_storeu_ps(out + v * 16, y[v]);
+            for (int64_t r = 0; r < rows; ++r) put(g, i + r, 0, out[r]);
+        }
+        return;
+    }
+    if (g->acs != 2) { /* rows of A strided along k: one number at a time */
+        for (int64_t i = m0; i < m1; ++i) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t kk = 0; kk < k; kk += 16) {
+                const int64_t n = min64(16, k - kk);
+                acc = _mm512_fmadd_ps(bf16x16_at(g->A + i * g->ars + kk * g->acs, g->acs, n),
+                                      _mm512_maskz_loadu_ps((__mmask16)first16(n), x + kk), acc);
+            }
+            put(g, i, 0, _mm512_reduce_add_ps(acc));
+        }
+        return;
+    }
+    const int64_t full = k / 16 * 16;
+    const __mmask16 tail = (__mmask16)first16(k - full);
+    int64_t i = m0;
+    for (; i + 4 <= m1; i += 4) { /* dots of four rows of A with x, sharing its loads */
+        const char *r0 = g->A + i * g->ars, *r1 = r0 + g->ars, *r2 = r1 + g->ars,
+                   *r3 = r2 + g->ars;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t kk = 0;
+        for (; kk < full; kk += 16) {
+            const __m512 xv = _mm512_loadu_ps(x + kk);
+            a0 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r0 + kk * 2))), xv, a0);
+            a1 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r1 + kk * 2))), xv, a1);
+            a2 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r2 + kk * 2))), xv, a2);
+            a3 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r3 + kk * 2))), xv, a3);
+        }
+        if (tail) {
+            const __m512 xv = _mm512_maskz_loadu_ps(tail, x + kk);
+            a0 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r0 + kk * 2)), xv, a0);
+            a1 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r1 + kk * 2)), xv, a1);
+            a2 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r2 + kk * 2)), xv, a2);
+            a3 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r3 + kk * 2)), xv, a3);
+        }
+        put(g, i, 0, _mm512_reduce_add_ps(a0));
+        put(g, i + 1, 0, _mm512_reduce_add_ps(a1));
+        put(g, i + 2, 0, _mm512_reduce_add_ps(a2));
+        put(g, i + 3, 0, _mm512_reduce_add_ps(a3));
+    }
+    for (; i < m1; ++i) { /* the last rows, one at a time */
+        const char *r0 = g->A + i * g->ars;
+        __m512 a0 = _mm512_setzero_ps();
+        for (int64_t kk = 0; kk < k; kk += 16) {
+            const __mmask16 m = (__mmask16)first16(k - kk);
+            a0 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(m, r0 + kk * 2)),
+                                 _mm512_maskz_loadu_ps(m, x + kk), a0);
+        }
+        put(g, i, 0, _mm512_reduce_add_ps(a0));
+    }
+}
+
 int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, void *buf) {
     if (m1 <= m0 || n1 <= n0) return 0;
+    if (g->n == 1 && g->k > 0) {
+        gemv_part(g, m0, m1, buf);
+        return 0;
+    }
     const int64_t nc = block_columns(g), kall = up32(g->k);
     const int64_t kc = min64(KC, kall), mc = min64(MC, up32(g->m));
     uint16_t *bp = (uint16_t *)align64(buf);

@@ -2666,12 +2666,23 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
     }
     g->alpha = (float)alpha, g->beta = (float)beta;
     job.sa = PyArray_STRIDE(a, 0), job.sb = PyArray_STRIDE(b, 0), job.sd = PyArray_STRIDE(d, 0);
-    job.h0 = 0, job.h1 = h, job.m0 = 0, job.m1 = m, job.n0 = 0, job.n1 = n;
+    if (m == 1 && n > 1) { /* a row of D: D^T = B^T A^T, a GEMV on B^T */
+        const AmxGemm t = *g;
+        const npy_intp sa = job.sa;
+        g->m = n, g->n = 1;
+        g->A = t.B, g->ars = t.bcs, g->acs = t.brs;
+        g->B = t.A, g->brs = t.acs, g->bcs = t.ars;
+        g->drs = t.dcs, g->dcs = t.drs;
+        g->crs = t.ccs, g->ccs = t.crs;
+        job.sa = job.sb, job.sb = sa;
+    }
+    const npy_intp gm = g->m, gn = g->n;
+    job.h0 = 0, job.h1 = h, job.m0 = 0, job.m1 = gm, job.n0 = 0, job.n1 = gn;
     /* the workers: batch elements where there are enough, else rows or columns (the longer)
      * in multiples of 32, so that each packs the smaller operand again, not the larger */
     const double madds = (double)h * (double)m * (double)n * (double)k;
-    const int split = h > 1 ? 0 : n > m ? 2 : 1;
-    const npy_intp units = split == 0 ? h : ((split == 2 ? n : m) + 31) / 32;
+    const int split = h > 1 ? 0 : gn > gm ? 2 : 1;
+    const npy_intp units = split == 0 ? h : ((split == 2 ? gn : gm) + 31) / 32;
     const int workers = pool_workers(units, madds >= AMX_SPLIT_MIN);
     const size_t bytes = amx_buffer_bytes(g);
     AmxJob jobs[MAX_WORKERS];
@@ -2680,8 +2691,8 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         jobs[w] = job;
         const npy_intp u0 = units * w / workers, u1 = units * (w + 1) / workers;
         if (split == 0) jobs[w].h0 = u0, jobs[w].h1 = u1;
-        else if (split == 1) jobs[w].m0 = u0 * 32, jobs[w].m1 = u1 * 32 < m ? u1 * 32 : m;
-        else jobs[w].n0 = u0 * 32, jobs[w].n1 = u1 * 32 < n ? u1 * 32 : n;
+        else if (split == 1) jobs[w].m0 = u0 * 32, jobs[w].m1 = u1 * 32 < gm ? u1 * 32 : gm;
+        else jobs[w].n0 = u0 * 32, jobs[w].n1 = u1 * 32 < gn ? u1 * 32 : gn;
         jobs[w].buf = scratch((npy_intp)bytes);
         ready = ready && jobs[w].buf;
     }

@@ -26,7 +26,8 @@ needs_tiles = pytest.mark.skipif(not TILES, reason="this CPU has no AMX-BF16 til
 
 #: (equation, extents): plain and transposed operands, batches, D's fastest labels from B
 #: (written as D^T = B^T A^T), sums longer than one chunk of k (1024), more columns than one
-#: packed block of B, and extents that fill no whole tile.
+#: packed block of B, extents that fill no whole tile, and GEMVs (one side of 1: no tiles,
+#: rows of A dotted four at a time, or its columns added into 256 rows' sums).
 CASES: dict[str, tuple[str, dict[str, int]]] = {
     "dense_layer": ("tk,nk->tn", {"t": 70, "k": 48, "n": 40}),
     "row_major_b": ("ik,kj->ij", {"i": 33, "k": 65, "j": 47}),
@@ -37,6 +38,10 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "wide": ("ik,kj->ij", {"i": 17, "k": 3000, "j": 700}),
     "merged_labels": ("abc,cd->dba", {"a": 5, "b": 6, "c": 70, "d": 9}),
     "one_row": ("k,kj->j", {"k": 40, "j": 50}),
+    "matvec": ("nk,k->n", {"n": 301, "k": 77}),
+    "matvec_columns": ("kn,k->n", {"n": 530, "k": 45}),
+    "batched_matvec": ("eoq,eq->oe", {"e": 3, "o": 43, "q": 290}),
+    "vecmat_strided": ("k,nk->n", {"n": 20, "k": 33}),
     "tiny": ("ik,kj->ij", {"i": 1, "k": 1, "j": 1}),
 }
 
@@ -186,3 +191,19 @@ def test_kernel_declines_what_it_does_not_take() -> None:
     out = np.empty((1, 4, 3), np.float32)
     assert program.bf16_gemm(a, b, out) is not None
     np.testing.assert_array_equal(out, np.full((1, 4, 3), 5.0))
+
+
+@pytest.mark.parametrize("eq", ["nk,k->n", "k,nk->n", "kn,k->n"])
+def test_strided_matvec(eq: str, tiles: bool) -> None:
+    """GEMVs on views with no unit stride: every path of the GEMV, numbers one at a time."""
+    rng = np.random.default_rng(6)
+    mat = _data(rng, (160, 150), BF16)[::2, ::3]  # (80, 50), strided both ways
+    vec = _data(rng, (400,), BF16)[::4][:mat.shape[0] if eq == "kn,k->n" else mat.shape[1]]
+    a, b = (vec, mat) if eq.startswith("k,") else (mat, vec)
+    n = mat.shape[1] if eq == "kn,k->n" else mat.shape[0]
+    c = _data(rng, (2 * n,), np.float32)[::2]
+    d_buf = np.full(3 * n, np.nan, BF16)
+    d = d_buf[::3]
+    _run(eq, a, b, c, d, 0.5, 2.0)
+    np.testing.assert_array_equal(d, _want(eq, a, b, c, 0.5, 2.0, BF16))
+    assert np.isnan(d_buf[1::3].astype(np.float32)).all()  # nothing written between
