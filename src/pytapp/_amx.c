@@ -19,6 +19,7 @@
  * -march flag); elsewhere amx_ready() is 0 and the F32 route runs every product. */
 #define _GNU_SOURCE /* syscall() under -std=c11 */
 #include "_amx.h"
+#include "_tilegemm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,10 @@ int amx_ready(void) {
 int amx_cap(int on) {
     g_amx_cap = on != 0;
     return amx_ready();
+}
+
+int amx_gemv_ready(void) {
+    return g_amx_cap && tile_isa() == TILE_AVX512 && __builtin_cpu_supports("avx512bw");
 }
 
 static int64_t up32(int64_t x) { return (x + 31) / 32 * 32; }
@@ -509,6 +514,8 @@ int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t 
 #else /* no AMX build: the F32 route runs every product */
 
 int amx_ready(void) { return 0; }
+
+int amx_gemv_ready(void) { return 0; }
 
 int amx_cap(int on) {
     (void)on;

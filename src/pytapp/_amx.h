@@ -9,8 +9,13 @@
  * asks Linux for the tiles' register state), under the cap of amx_cap. */
 int amx_ready(void);
 
-/* Allow (1) or forbid (0) the tiles (for comparisons and tests); returns amx_ready. */
+/* Allow (1) or forbid (0) the tiles and the GEMVs below (for comparisons and tests); returns
+ * amx_ready. */
 int amx_cap(int on);
+
+/* Whether amx_gemm_part runs GEMVs (n = 1) here: they need AVX-512 (F and BW) vectors, not the
+ * tiles (capped by amx_cap and by the register tiles' cap, tile_cap). */
+int amx_gemv_ready(void);
 
 /* The types of D and C. */
 enum { AMX_NONE = 0, AMX_F32 = 1, AMX_BF16 = 2 };
@@ -38,7 +43,8 @@ typedef struct {
 /* Bytes of buffer amx_gemm_part needs. */
 size_t amx_buffer_bytes(const AmxGemm *g);
 
-/* D[m0:m1, n0:n1] on the calling thread, with `buf` (amx_buffer_bytes) for the packed operands
+/* D[m0:m1, n0:n1] on the calling thread (on the tiles, which amx_ready must allow; a GEMV,
+ * n = 1, on AVX-512 vectors, which amx_gemv_ready must allow), with `buf` (amx_buffer_bytes) for the packed operands
  * and the F32 sums. 0: done; 1: an operand holds a subnormal number, which the tiles would read
  * as zero (this part of D may then be partly written: the caller computes D another way, from
  * C untouched only where C is not D). */

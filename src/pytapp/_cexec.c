@@ -2637,7 +2637,7 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         return NULL;
     PyArrayObject *c = co == Py_None ? NULL : (PyArrayObject *)co;
     if (c && !PyArray_Check(co)) Py_RETURN_NONE;
-    if (!amx_ready() || PyArray_TYPE(a) != NPY_UINT16 || PyArray_TYPE(b) != NPY_UINT16 ||
+    if (PyArray_TYPE(a) != NPY_UINT16 || PyArray_TYPE(b) != NPY_UINT16 ||
         !amx_type(d) || (c && !amx_type(c)) || PyArray_NDIM(a) != 3 || PyArray_NDIM(b) != 3 ||
         PyArray_NDIM(d) != 3 || (c && PyArray_NDIM(c) != 3) || !PyArray_ISWRITEABLE(d) ||
         !PyArray_ISALIGNED(d) || !PyArray_ISALIGNED(a) || !PyArray_ISALIGNED(b) ||
@@ -2650,6 +2650,7 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     for (int i = 0; c && i < 3; ++i)
         if (PyArray_DIM(c, i) != PyArray_DIM(d, i)) Py_RETURN_NONE;
+    if (!amx_ready() && !((m == 1 || n == 1) && k > 0 && amx_gemv_ready())) Py_RETURN_NONE;
     if (h == 0 || m == 0 || n == 0) return PyLong_FromLong(0);
     AmxJob job;
     memset(&job, 0, sizeof job);
@@ -2721,6 +2722,11 @@ static PyObject *set_amx(PyObject *self, PyObject *arg) {
 /* amx_ready() -> bool: whether the AMX tiles run (this CPU, its OS, and the cap). */
 static PyObject *amx_ready_py(PyObject *self, PyObject *unused) {
     return PyBool_FromLong(amx_ready());
+}
+
+/* amx_gemv_ready() -> bool: whether amx_gemm runs BF16 GEMVs here (AVX-512, and the caps). */
+static PyObject *amx_gemv_ready_py(PyObject *self, PyObject *unused) {
+    return PyBool_FromLong(amx_gemv_ready());
 }
 
 /* ------------------------------------------------------------------ summed GEMMs on views */
@@ -3195,6 +3201,8 @@ static PyMethodDef methods[] = {
      "buffers it used, None (d not computed) when the tiles or the arrays do not fit."},
     {"amx_ready", amx_ready_py, METH_NOARGS,
      "amx_ready() -> bool: whether the AMX tiles run here."},
+    {"amx_gemv_ready", amx_gemv_ready_py, METH_NOARGS,
+     "amx_gemv_ready() -> bool: whether amx_gemm runs BF16 GEMVs here (AVX-512)."},
     {"set_amx", set_amx, METH_O,
      "set_amx(on) -> bool: allow or forbid the AMX tiles; whether they now run."},
     {"layout_key", (PyCFunction)(void (*)(void))layout_key, METH_FASTCALL,

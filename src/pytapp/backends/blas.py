@@ -56,6 +56,7 @@ from pytapp.executor import Executor
 from pytapp.kernels.program import (
     bf16_gemm,
     bf16_tiles,
+    bf16_vectors,
     packed_gemm,
     summed_gemm,
     summed_gemm_available,
@@ -391,7 +392,8 @@ class BlasPlan(Stateless):
         #: BF16 GEMMs on the AMX tiles (see _run_tiles), where the CPU has them.
         self.tiles = self._tiles_fit()
         if self.tiles:
-            self.algorithm += " (BF16 products on the AMX tiles, F32 sums)"
+            where = "AVX-512 vectors" if min(self.m, self.n) == 1 else "the AMX tiles"
+            self.algorithm += f" (BF16 products on {where}, F32 sums)"
             self.profile.tiles = True
         self.view_gemm: ViewGemm | None = None
         self.route = self._kernel_route()
@@ -1049,7 +1051,9 @@ class BlasPlan(Stateless):
 
         A and B stored as BF16 and used as they are (no isolated sums, no rounding that loses
         bits: DEFAULT, BF16BF16_ACCUM_F32 or an F32/F64 precision, all exact on BF16 inputs),
-        products and sums in F32, D stored as BF16 or F32, no broadcast labels. The tiles
+        products and sums in F32, D stored as BF16 or F32, no broadcast labels; GEMVs (one side
+        of 1) need AVX-512 vectors only, not the tiles (memory-bound: 35-42 GB/s from a BF16
+        matrix here, against 20-27 for torch's native matvec). The tiles
         multiply BF16 pairs exactly and add in F32, as the F32 GEMM on converted copies does,
         without the copies: a 2048x1024 by 1024x1024 product took 22 ms that way and 5 ms on
         the tiles (2-core Xeon with AMX).
@@ -1059,7 +1063,8 @@ class BlasPlan(Stateless):
                 and not self.b_reduce and self.compute == np.float32
                 and spec.a.datatype is Datatype.BF16 and spec.b.datatype is Datatype.BF16
                 and spec.d.datatype in (Datatype.BF16, Datatype.F32)
-                and self._round_free(Datatype.BF16) and bf16_tiles())
+                and self._round_free(Datatype.BF16)
+                and (bf16_tiles() or (min(self.m, self.n) == 1 and bf16_vectors())))
 
     def _tile_view(self, x: np.ndarray, perm: tuple[int, ...],
                    shape: tuple[int, int, int]) -> np.ndarray | None:

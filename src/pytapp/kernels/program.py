@@ -38,10 +38,10 @@ from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.errors import ErrorCode, error_for
 
-__all__ = ["available", "bf16_gemm", "bf16_tiles", "blas_available", "compile_chain",
-           "compile_lowered", "compile_product", "half_copy", "layout_key", "packed_gemm",
-           "pool_map", "summed_gemm", "summed_gemm_available", "tile_count", "tiled_copy",
-           "use_tiles"]
+__all__ = ["available", "bf16_gemm", "bf16_tiles", "bf16_vectors", "blas_available",
+           "compile_chain", "compile_lowered", "compile_product", "half_copy", "layout_key",
+           "packed_gemm", "pool_map", "summed_gemm", "summed_gemm_available", "tile_count",
+           "tiled_copy", "use_tiles"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -154,6 +154,20 @@ def bf16_tiles(on: bool | None = None) -> bool:
     return bool(_cexec.amx_ready())
 
 
+def bf16_vectors() -> bool:
+    """Whether BF16 GEMVs (one side of 1) run on AVX-512 vectors, reading A where it lies.
+
+    They need AVX-512F and BW (no tiles); :func:`bf16_tiles` and :func:`use_tiles` switch them
+    off and on with the tiles.
+
+    Examples
+    --------
+    >>> isinstance(bf16_vectors(), bool)
+    True
+    """
+    return _cexec is not None and bool(_cexec.amx_gemv_ready())
+
+
 def bf16_gemm(a: np.ndarray, b: np.ndarray, d: np.ndarray, c: np.ndarray | None = None,
               alpha: float = 1.0, beta: float = 0.0) -> int | None:
     """``d[h] = alpha a[h] @ b[h] + beta c[h]`` for BF16 ``a`` and ``b`` on the AMX tiles.
@@ -161,7 +175,8 @@ def bf16_gemm(a: np.ndarray, b: np.ndarray, d: np.ndarray, c: np.ndarray | None 
     ``a`` (h, m, k) and ``b`` (h, k, n) hold BF16 numbers, ``d`` and ``c`` (h, m, n) BF16 or
     float32 ones; any strides. Products and sums are F32 (the tiles multiply BF16 pairs exactly
     and add in F32), the epilogue F32 too, rounded once into ``d``'s type: SPEC's DEFAULT and
-    BF16BF16_ACCUM_F32 precisions. Returns the bytes of the buffers it used; ``None`` when the
+    BF16BF16_ACCUM_F32 precisions. A GEMV (one side of 1) runs on AVX-512 vectors instead
+    (:func:`bf16_vectors`). Returns the bytes of the buffers it used; ``None`` when the
     tiles are not there, the arrays do not fit, or ``a`` or ``b`` holds subnormal numbers
     (which the tiles read as zero): ``d`` may then be partly written, so ``c`` must not be
     ``d`` then, and ``d`` must not overlap ``a`` or ``b`` (the caller checks both).
