@@ -72,24 +72,27 @@ int amx_gemv_ready(void) {
 static int64_t up32(int64_t x) { return (x + 31) / 32 * 32; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The tiles' k: F16 numbers are split into BF16 pairs, four products per multiply-add. */
+static int64_t tile_k(const AmxGemm *g) { return g->half ? 4 * g->k : g->k; }
+
 /* Columns of D per packed block of B: the whole of k by NC columns, kept near 2 MiB. */
 static int64_t block_columns(const AmxGemm *g) {
-    int64_t nc = (int64_t)(2 << 20) / (up32(g->k > 0 ? g->k : 1) * 2) / 32 * 32;
+    int64_t nc = (int64_t)(2 << 20) / (up32(tile_k(g) > 0 ? tile_k(g) : 1) * 2) / 32 * 32;
     nc = nc < 32 ? 32 : nc > NC ? NC : nc;
     return min64(nc, up32(g->n));
 }
 
 size_t amx_buffer_bytes(const AmxGemm *g) {
     const int64_t nc = block_columns(g), mc = min64(MC, up32(g->m));
-    const int64_t kc = min64(KC, up32(g->k));
-    const int64_t gemm = up32(g->k) * nc * 2 + mc * kc * 2 + mc * nc * 4;
+    const int64_t kc = min64(KC, up32(tile_k(g)));
+    const int64_t gemm = up32(tile_k(g)) * nc * 2 + mc * kc * 2 + mc * nc * 4;
     return (size_t)((gemm > g->k * 4 ? gemm : g->k * 4) + 3 * 64);
 }
 
 /* 1 where the BF16 number x is subnormal (exponent 0, fraction not 0) */
 #define SUBNORMAL(x) ((uint16_t)(((x) & 0x7fffu) - 1u) < 0x7fu)
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
 
 /* Lanes of v (32 BF16 numbers) that hold subnormal numbers. */
 AVX512 static inline __mmask32 subnormals(__m512i v) {
@@ -168,6 +171,103 @@ AVX512 static inline unsigned tile_subnormals(const uint16_t *t) {
     __mmask32 bad = 0;
     for (int c = 0; c < 16; ++c) bad |= subnormals(_mm512_load_si512(t + c * 32));
     return bad != 0;
+}
+
+/* 8 F16 numbers (the first `n`, at p, `step` bytes apart) as F32. */
+AVX512 static inline __m256 half8_at(const char *p, int64_t step, int64_t n) {
+    if (step == 2) return _mm256_cvtph_ps(_mm_maskz_loadu_epi16((__mmask8)first16(n), p));
+    uint16_t t[8] = {0};
+    for (int64_t c = 0; c < n && c < 8; ++c) t[c] = *(const uint16_t *)(p + c * step);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* F32 numbers (from F16) split into BF16 pairs x = hi + lo, exactly (11 significant bits:
+ * hi holds the first 8, lo the rest): the 32-bit lanes' low halves hold hi, their high halves
+ * lo. NaNs stay NaN in hi. Infinities are flagged in *inf: their hi times the other operand's
+ * lo part of 0 would make a NaN that the product does not have. */
+AVX512 static inline __m512i split16(__m512 x, __mmask16 *inf) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 special = _mm512_cmpeq_epi32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f800000));
+    *inf |= _mm512_mask_cmpeq_epi32_mask(special, _mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)),
+                                         _mm512_setzero_si512());
+    const __m512i hi = _mm512_and_si512(
+        _mm512_mask_or_epi32(u, special, u,
+                             _mm512_maskz_mov_epi32(_mm512_cmpneq_epi32_mask(
+                                 _mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)),
+                                 _mm512_setzero_si512()), _mm512_set1_epi32(0x400000))),
+        _mm512_set1_epi32((int)0xffff0000u));
+    const __m512i lo = _mm512_maskz_mov_epi32(
+        (__mmask16)~special,
+        _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi))));
+    return _mm512_or_si512(_mm512_srli_epi32(hi, 16),
+                           _mm512_and_si512(lo, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* A tile row from 8 F16 numbers of a row of A: each as (hi, lo, hi, lo). */
+AVX512 static inline __m512i half_row(const char *p, int64_t step, int64_t n, __mmask16 *inf) {
+    const __m512i pairs = split16(
+        _mm512_zextps256_ps512(half8_at(p, step, n)), inf);
+    const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    return _mm512_permutexvar_epi32(twice, pairs);
+}
+
+/* Rows i0..i0+mb of F16 A, tile numbers k0..k0+kb along k (4 per number), packed; 1 on an
+ * infinity. */
+AVX512 static int pack_a_half(const AmxGemm *g, int64_t i0, int64_t mb, int64_t k0, int64_t kb,
+                              uint16_t *ap) {
+    const int64_t panels = up32(mb) / 16, steps = up32(kb) / 32;
+    __mmask16 inf = 0;
+    for (int64_t p = 0; p < panels; ++p)
+        for (int64_t s = 0; s < steps; ++s) {
+            uint16_t *t = ap + (p * steps + s) * TILE;
+            const int64_t cnt = min64(32, kb - s * 32) / 4, ko = (k0 + s * 32) / 4;
+            for (int r = 0; r < 16; ++r) {
+                const int64_t i = p * 16 + r;
+                _mm512_store_si512(t + r * 32,
+                                   i < mb ? half_row(g->A + (i0 + i) * g->ars + ko * g->acs,
+                                                     g->acs, cnt, &inf)
+                                          : _mm512_setzero_si512());
+            }
+        }
+    return inf != 0;
+}
+
+/* Columns j0..j0+nb of F16 B, tile numbers k0..k0+kb along k, packed: each number's pairs
+ * (hi, hi) and (lo, lo), so that A's (hi, lo) pairs meet B's hi, then its lo; 1 on an
+ * infinity. */
+AVX512 static int pack_b_half(const AmxGemm *g, int64_t j0, int64_t nb, int64_t k0, int64_t kb,
+                              uint16_t *bp) {
+    const int64_t panels = up32(nb) / 16, steps = up32(kb) / 32;
+    __mmask16 inf = 0;
+    for (int64_t q = 0; q < panels; ++q)
+        for (int64_t s = 0; s < steps; ++s) {
+            uint16_t *t = bp + (q * steps + s) * TILE;
+            const int64_t cnt = min64(32, kb - s * 32) / 4, ko = (k0 + s * 32) / 4;
+            const int64_t jn = min64(16, nb - q * 16);
+            for (int e = 0; e < 8; ++e) {
+                __m512i hi = _mm512_setzero_si512(), lo = hi;
+                if (e < cnt) {
+                    const char *row = g->B + (ko + e) * g->brs + (j0 + q * 16) * g->bcs;
+                    __m512 x;
+                    if (g->bcs == 2) {
+                        x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)first16(jn), row));
+                    } else {
+                        uint16_t v[16] = {0};
+                        for (int64_t c = 0; c < jn; ++c) v[c] = *(const uint16_t *)(row + c * g->bcs);
+                        x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)v));
+                    }
+                    const __m512i pairs = split16(x, &inf);
+                    const __m512i h = _mm512_and_si512(pairs, _mm512_set1_epi32(0xffff));
+                    const __m512i l = _mm512_srli_epi32(pairs, 16);
+                    hi = _mm512_or_si512(h, _mm512_slli_epi32(h, 16));
+                    lo = _mm512_or_si512(l, _mm512_slli_epi32(l, 16));
+                }
+                _mm512_store_si512(t + (2 * e) * 32, hi);
+                _mm512_store_si512(t + (2 * e + 1) * 32, lo);
+            }
+        }
+    return inf != 0;
 }
 
 /* Rows i0..i0+mb of A, numbers k0..k0+kb along k, packed (see the top); 1 on a subnormal. */
@@ -330,12 +430,77 @@ AVX512 static inline __m512i to_bf16x32(__m512 x, __m512 y) {
     return _mm512_permutex2var_epi16(bf16_high(x), high, bf16_high(y));
 }
 
+/* 16 numbers of type `type` (the first `n`, at p, `step` bytes apart) as F32. */
+AVX512 static inline __m512 load16(int type, const char *p, int64_t step, int64_t n) {
+    const __mmask16 m = (__mmask16)first16(n);
+    const int64_t item = type == AMX_F32 ? 4 : 2;
+    if (step == item) {
+        if (type == AMX_F32) return _mm512_maskz_loadu_ps(m, p);
+        const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+        return type == AMX_F16 ? _mm512_cvtph_ps(h) : from_bf16x16(h);
+    }
+    float t[16] = {0};
+    for (int64_t c = 0; c < n && c < 16; ++c) {
+        const char *x = p + c * step;
+        t[c] = type == AMX_F32 ? *(const float *)x
+               : type == AMX_F16 ? _cvtsh_ss(*(const uint16_t *)x)
+                                 : from_bf16(*(const uint16_t *)x);
+    }
+    return _mm512_loadu_ps(t);
+}
+
+/* 16 F32 numbers (the first `n`) rounded into `type` at p, `step` bytes apart. */
+AVX512 static inline void store16(int type, char *p, int64_t step, int64_t n, __m512 v) {
+    const __mmask16 m = (__mmask16)first16(n);
+    __m256i h;
+    if (type == AMX_F32) {
+        if (step == 4) {
+            _mm512_mask_storeu_ps(p, m, v);
+            return;
+        }
+    }
+    float t[16];
+    _mm512_storeu_ps(t, v);
+    if (type == AMX_F16) h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    else h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_high(v), 16));
+    if (type != AMX_F32 && step == 2) {
+        _mm256_mask_storeu_epi16(p, m, h);
+        return;
+    }
+    uint16_t u[16];
+    _mm256_storeu_si256((__m256i *)u, h);
+    for (int64_t c = 0; c < n && c < 16; ++c) {
+        if (type == AMX_F32) *(float *)(p + c * step) = t[c];
+        else *(uint16_t *)(p + c * step) = u[c];
+    }
+}
+
+/* store_block where D or C holds F16 numbers: 16 at a time. */
+AVX512 static void store_block16(const AmxGemm *g, const float *acc, int64_t ld, int64_t i0,
+                                 int64_t mb, int64_t j0, int64_t nb) {
+    const __m512 al = _mm512_set1_ps(g->alpha), be = _mm512_set1_ps(g->beta);
+    for (int64_t r = 0; r < mb; ++r) {
+        const float *x = acc + r * ld;
+        char *d = g->D + (i0 + r) * g->drs + j0 * g->dcs;
+        const char *c = g->ctype ? g->C + (i0 + r) * g->crs + j0 * g->ccs : NULL;
+        for (int64_t j = 0; j < nb; j += 16) {
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + j), al);
+            if (c) v = _mm512_fmadd_ps(load16(g->ctype, c + j * g->ccs, g->ccs, nb - j), be, v);
+            store16(g->dtype, d + j * g->dcs, g->dcs, nb - j, v);
+        }
+    }
+}
+
 /* D[i0:i0+mb, j0:j0+nb] = alpha acc + beta C (in F32, stored in D's type). */
 AVX512 static void store_block(const AmxGemm *g, const float *acc, int64_t ld, int64_t i0,
                                int64_t mb, int64_t j0, int64_t nb) {
     const __m512 al = _mm512_set1_ps(g->alpha), be = _mm512_set1_ps(g->beta);
     const int dbf = g->dtype == AMX_BF16, cbf = g->ctype == AMX_BF16;
     const int64_t di = dbf ? 2 : 4, ci = cbf ? 2 : 4;
+    if (g->dtype == AMX_F16 || g->ctype == AMX_F16) {
+        store_block16(g, acc, ld, i0, mb, j0, nb);
+        return;
+    }
     for (int64_t r = 0; r < mb; ++r) {
         const float *x = acc + r * ld;
         char *d = g->D + (i0 + r) * g->drs + j0 * g->dcs;
@@ -379,24 +544,26 @@ AVX512 static void store_block(const AmxGemm *g, const float *acc, int64_t ld, i
 static char *align64(char *p) { return (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* D[i, j] = alpha v + beta C[i, j], rounded once into D's type. */
-static inline void put(const AmxGemm *g, int64_t i, int64_t j, float v) {
+AVX512 static inline void put(const AmxGemm *g, int64_t i, int64_t j, float v) {
     v *= g->alpha;
     if (g->ctype) {
         const char *c = g->C + i * g->crs + j * g->ccs;
-        v = fmaf(g->ctype == AMX_BF16 ? from_bf16(*(const uint16_t *)c) : *(const float *)c,
+        const uint16_t h = *(const uint16_t *)c;
+        v = fmaf(g->ctype == AMX_BF16  ? from_bf16(h)
+                 : g->ctype == AMX_F16 ? _cvtsh_ss(h)
+                                       : *(const float *)c,
                  g->beta, v);
     }
     char *d = g->D + i * g->drs + j * g->dcs;
     if (g->dtype == AMX_BF16) *(uint16_t *)d = to_bf16(v);
+    else if (g->dtype == AMX_F16) *(uint16_t *)d = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
     else *(float *)d = v;
 }
 
-/* 16 BF16 numbers (the first `n`) at p, `step` bytes apart, as F32. */
-AVX512 static inline __m512 bf16x16_at(const char *p, int64_t step, int64_t n) {
-    if (step == 2) return from_bf16x16(_mm256_maskz_loadu_epi16((__mmask16)first16(n), p));
-    uint16_t t[16] = {0};
-    for (int64_t c = 0; c < n && c < 16; ++c) t[c] = *(const uint16_t *)(p + c * step);
-    return from_bf16x16(_mm256_loadu_si256((const __m256i *)t));
+/* 16 numbers of A or B (BF16, or F16 where g->half; the first `n`) at p, `step` bytes apart,
+ * as F32. */
+AVX512 static inline __m512 bf16x16_at(const AmxGemm *g, const char *p, int64_t step, int64_t n) {
+    return load16(g->half ? AMX_F16 : AMX_BF16, p, step, n);
 }
 
 /* Rows m0..m1 of a GEMV (n = 1): memory-bound, so no tiles and no packing of A. B's column
@@ -406,7 +573,10 @@ AVX512 static inline __m512 bf16x16_at(const char *p, int64_t step, int64_t n) {
 AVX512 static void gemv_part(const AmxGemm *g, int64_t m0, int64_t m1, void *buf) {
     const int64_t k = g->k;
     float *x = (float *)align64(buf);
-    for (int64_t kk = 0; kk < k; ++kk) x[kk] = from_bf16(*(const uint16_t *)(g->B + kk * g->brs));
+    for (int64_t kk = 0; kk < k; ++kk) {
+        const uint16_t h = *(const uint16_t *)(g->B + kk * g->brs);
+        x[kk] = g->half ? _cvtsh_ss(h) : from_bf16(h);
+    }
     if (g->ars == 2 && g->acs != 2 && m1 - m0 > 1) { /* columns of A along the rows of D */
         for (int64_t i = m0; i < m1; i += 256) {
             const int64_t rows = min64(256, m1 - i);
@@ -416,7 +586,7 @@ AVX512 static void gemv_part(const AmxGemm *g, int64_t m0, int64_t m1, void *buf
                 const __m512 xv = _mm512_set1_ps(x[kk]);
                 const char *col = g->A + i * 2 + kk * g->acs;
                 for (int v = 0; v < 16 && v * 16 < rows; ++v)
-                    y[v] = _mm512_fmadd_ps(bf16x16_at(col + v * 32, 2, rows - v * 16), xv, y[v]);
+                    y[v] = _mm512_fmadd_ps(bf16x16_at(g, col + v * 32, 2, rows - v * 16), xv, y[v]);
             }
             float out[256];
             for (int v = 0; v < 16; ++v) _mm512_storeu_ps(out + v * 16, y[v]);
@@ -429,7 +599,7 @@ AVX512 static void gemv_part(const AmxGemm *g, int64_t m0, int64_t m1, void *buf
             __m512 acc = _mm512_setzero_ps();
             for (int64_t kk = 0; kk < k; kk += 16) {
                 const int64_t n = min64(16, k - kk);
-                acc = _mm512_fmadd_ps(bf16x16_at(g->A + i * g->ars + kk * g->acs, g->acs, n),
+                acc = _mm512_fmadd_ps(bf16x16_at(g, g->A + i * g->ars + kk * g->acs, g->acs, n),
                                       _mm512_maskz_loadu_ps((__mmask16)first16(n), x + kk), acc);
             }
             put(g, i, 0, _mm512_reduce_add_ps(acc));
@@ -446,17 +616,17 @@ AVX512 static void gemv_part(const AmxGemm *g, int64_t m0, int64_t m1, void *buf
         int64_t kk = 0;
         for (; kk < full; kk += 16) {
             const __m512 xv = _mm512_loadu_ps(x + kk);
-            a0 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r0 + kk * 2))), xv, a0);
-            a1 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r1 + kk * 2))), xv, a1);
-            a2 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r2 + kk * 2))), xv, a2);
-            a3 = _mm512_fmadd_ps(from_bf16x16(_mm256_loadu_si256((const __m256i *)(r3 + kk * 2))), xv, a3);
+            a0 = _mm512_fmadd_ps(bf16x16_at(g, r0 + kk * 2, 2, 16), xv, a0);
+            a1 = _mm512_fmadd_ps(bf16x16_at(g, r1 + kk * 2, 2, 16), xv, a1);
+            a2 = _mm512_fmadd_ps(bf16x16_at(g, r2 + kk * 2, 2, 16), xv, a2);
+            a3 = _mm512_fmadd_ps(bf16x16_at(g, r3 + kk * 2, 2, 16), xv, a3);
         }
         if (tail) {
             const __m512 xv = _mm512_maskz_loadu_ps(tail, x + kk);
-            a0 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r0 + kk * 2)), xv, a0);
-            a1 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r1 + kk * 2)), xv, a1);
-            a2 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r2 + kk * 2)), xv, a2);
-            a3 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(tail, r3 + kk * 2)), xv, a3);
+            a0 = _mm512_fmadd_ps(bf16x16_at(g, r0 + kk * 2, 2, k - kk), xv, a0);
+            a1 = _mm512_fmadd_ps(bf16x16_at(g, r1 + kk * 2, 2, k - kk), xv, a1);
+            a2 = _mm512_fmadd_ps(bf16x16_at(g, r2 + kk * 2, 2, k - kk), xv, a2);
+            a3 = _mm512_fmadd_ps(bf16x16_at(g, r3 + kk * 2, 2, k - kk), xv, a3);
         }
         put(g, i, 0, _mm512_reduce_add_ps(a0));
         put(g, i + 1, 0, _mm512_reduce_add_ps(a1));
@@ -468,7 +638,7 @@ AVX512 static void gemv_part(const AmxGemm *g, int64_t m0, int64_t m1, void *buf
         __m512 a0 = _mm512_setzero_ps();
         for (int64_t kk = 0; kk < k; kk += 16) {
             const __mmask16 m = (__mmask16)first16(k - kk);
-            a0 = _mm512_fmadd_ps(from_bf16x16(_mm256_maskz_loadu_epi16(m, r0 + kk * 2)),
+            a0 = _mm512_fmadd_ps(bf16x16_at(g, r0 + kk * 2, 2, k - kk),
                                  _mm512_maskz_loadu_ps(m, x + kk), a0);
         }
         put(g, i, 0, _mm512_reduce_add_ps(a0));
@@ -481,23 +651,25 @@ int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t 
         gemv_part(g, m0, m1, buf);
         return 0;
     }
-    const int64_t nc = block_columns(g), kall = up32(g->k);
+    const int64_t kt = tile_k(g), nc = block_columns(g), kall = up32(kt);
     const int64_t kc = min64(KC, kall), mc = min64(MC, up32(g->m));
     uint16_t *bp = (uint16_t *)align64(buf);
     uint16_t *ap = (uint16_t *)align64((char *)(bp + kall * nc));
     float *acc = (float *)align64((char *)(ap + mc * kc));
     int bad = 0;
-    if (g->k > 0) tiles_on();
+    if (kt > 0) tiles_on();
     for (int64_t j = n0; j < n1 && !bad; j += nc) {
         const int64_t nb = min64(nc, n1 - j), np = up32(nb) / 16, ld = np * 16;
-        if (g->k > 0) bad = pack_b(g, j, nb, 0, g->k, bp);
+        if (kt > 0 && g->half) bad = pack_b_half(g, j, nb, 0, kt, bp);
+        else if (kt > 0) bad = pack_b(g, j, nb, 0, kt, bp);
         BARRIER();
         for (int64_t i = m0; i < m1 && !bad; i += MC) {
             const int64_t mb = min64(MC, m1 - i), mp = up32(mb) / 16;
-            if (g->k < 1) memset(acc, 0, (size_t)(mp * 16 * ld * 4));
-            for (int64_t k0 = 0; k0 < g->k && !bad; k0 += KC) {
-                const int64_t kb = min64(KC, g->k - k0), steps = up32(kb) / 32;
-                bad = pack_a(g, i, mb, k0, kb, ap);
+            if (kt < 1) memset(acc, 0, (size_t)(mp * 16 * ld * 4));
+            for (int64_t k0 = 0; k0 < kt && !bad; k0 += KC) {
+                const int64_t kb = min64(KC, kt - k0), steps = up32(kb) / 32;
+                if (g->half) bad = pack_a_half(g, i, mb, k0, kb, ap);
+                else bad = pack_a(g, i, mb, k0, kb, ap);
                 BARRIER();
                 if (!bad)
                     run_blocks(acc, ld, ap, steps * TILE, mp, bp + k0 / 32 * TILE,
@@ -507,7 +679,7 @@ int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t 
             if (!bad) store_block(g, acc, ld, i, mb, j, nb);
         }
     }
-    if (g->k > 0) tiles_off();
+    if (kt > 0) tiles_off();
     return bad;
 }
 

@@ -17,8 +17,8 @@ int amx_cap(int on);
  * tiles (capped by amx_cap and by the register tiles' cap, tile_cap). */
 int amx_gemv_ready(void);
 
-/* The types of D and C. */
-enum { AMX_NONE = 0, AMX_F32 = 1, AMX_BF16 = 2 };
+/* The types of D and C (AMX_F16: F16 numbers). */
+enum { AMX_NONE = 0, AMX_F32 = 1, AMX_BF16 = 2, AMX_F16 = 3 };
 
 /* One GEMM D[m, n] = alpha A[m, k] B[k, n] + beta C[m, n] of BF16 numbers A and B, the
  * products and sums in F32 (the tiles multiply BF16 pairs exactly and add in F32), the
@@ -38,6 +38,9 @@ typedef struct {
     int64_t crs, ccs;
     int ctype;
     float alpha, beta;
+    /* A and B hold F16 numbers: each is split exactly into two BF16 numbers (hi + lo) and the
+     * tiles add the four products of every multiply-add, all exact in F32 */
+    int half;
 } AmxGemm;
 
 /* Bytes of buffer amx_gemm_part needs. */

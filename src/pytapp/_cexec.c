@@ -2616,8 +2616,8 @@ static void amx_task(void *arg) {
 
 /* The AMX type of an array of BF16 numbers (given as uint16) or F32 ones; AMX_NONE otherwise. */
 static int amx_type(PyArrayObject *x) {
-    return PyArray_TYPE(x) == NPY_UINT16 ? AMX_BF16 : PyArray_TYPE(x) == NPY_FLOAT ? AMX_F32
-                                                                                 : AMX_NONE;
+    const int t = PyArray_TYPE(x);
+    return t == NPY_UINT16 ? AMX_BF16 : t == NPY_FLOAT ? AMX_F32 : t == NPY_HALF ? AMX_F16 : AMX_NONE;
 }
 
 /* amx_gemm(a, b, d, c, alpha, beta) -> bool: d[h] = alpha a[h] @ b[h] + beta c[h] for BF16
@@ -2637,7 +2637,8 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         return NULL;
     PyArrayObject *c = co == Py_None ? NULL : (PyArrayObject *)co;
     if (c && !PyArray_Check(co)) Py_RETURN_NONE;
-    if (PyArray_TYPE(a) != NPY_UINT16 || PyArray_TYPE(b) != NPY_UINT16 ||
+    const int ta = amx_type(a);
+    if ((ta != AMX_BF16 && ta != AMX_F16) || amx_type(b) != ta ||
         !amx_type(d) || (c && !amx_type(c)) || PyArray_NDIM(a) != 3 || PyArray_NDIM(b) != 3 ||
         PyArray_NDIM(d) != 3 || (c && PyArray_NDIM(c) != 3) || !PyArray_ISWRITEABLE(d) ||
         !PyArray_ISALIGNED(d) || !PyArray_ISALIGNED(a) || !PyArray_ISALIGNED(b) ||
@@ -2666,6 +2667,7 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         job.sc = PyArray_STRIDE(c, 0);
     }
     g->alpha = (float)alpha, g->beta = (float)beta;
+    g->half = ta == AMX_F16;
     job.sa = PyArray_STRIDE(a, 0), job.sb = PyArray_STRIDE(b, 0), job.sd = PyArray_STRIDE(d, 0);
     if (m == 1 && n > 1) { /* a row of D: D^T = B^T A^T, a GEMV on B^T */
         const AmxGemm t = *g;

@@ -1,8 +1,9 @@
-"""BF16 GEMMs on the AMX tiles (blas's route for BF16 operands on CPUs that have them).
+"""BF16 and F16 GEMMs on the AMX tiles (blas's route for such operands on CPUs that have them).
 
-The tiles multiply BF16 pairs exactly and add in F32; the epilogue runs in F32 and rounds once
-into D's type. Every case runs on small-integer data whose sums are exact in F32, so the tiles'
-order of summation cannot change a number: D must equal numpy.einsum in float64 on the same
+The tiles multiply BF16 pairs exactly and add in F32 (F16 numbers split exactly into two BF16
+ones, four products per multiply-add); the epilogue runs in F32 and rounds once into D's
+type. Every case runs on small-integer data whose sums are exact in F32, so the tiles' order
+of summation cannot change a number: D must equal numpy.einsum in float64 on the same
 numbers, rounded once into D's type by NumPy. Each case also runs with the tiles forbidden
 (the F32 GEMM on converted copies), which must give the same D. On CPUs without AMX-BF16 only
 that second half runs, and the tests that need the tiles are skipped.
@@ -85,23 +86,35 @@ def _want(eq: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: fl
     return np.asarray(exact).astype(dtype)
 
 
+F16 = np.dtype(np.float16)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("d_type", [BF16, np.dtype(np.float32)], ids=["d_bf16", "d_f32"])
+@pytest.mark.parametrize("d_type", [BF16, np.dtype(np.float32), F16],
+                         ids=["d_bf16", "d_f32", "d_f16"])
 @pytest.mark.parametrize("c_type", [None, BF16, np.dtype(np.float32), np.dtype(np.float64)],
                          ids=["no_c", "c_bf16", "c_f32", "c_f64"])
-def test_products_equal_numpy(name: str, d_type: Any, c_type: Any, tiles: bool) -> None:
+@pytest.mark.parametrize("in_type", ["bf16", "f16_wide_a", "f16_wide_b"])
+def test_products_equal_numpy(name: str, d_type: Any, c_type: Any, in_type: str,
+                              tiles: bool) -> None:
     eq, ext = CASES[name]
     rng = np.random.default_rng(abs(hash((name, str(d_type), str(c_type)))) % 2**32)
     la, rest = eq.split(",")
     lb, ld = rest.split("->")
-    a, b = _data(rng, _shape(la, ext), BF16), _data(rng, _shape(lb, ext), BF16)
+    if in_type != "bf16":  # one side with 10 significant bits: its lo parts are not all zero
+        wide = rng.integers(-1023, 1024, _shape(la if in_type == "f16_wide_a" else lb, ext))
+        narrow = rng.integers(-4, 5, _shape(lb if in_type == "f16_wide_a" else la, ext))
+        a, b = (wide, narrow) if in_type == "f16_wide_a" else (narrow, wide)
+        a, b = a.astype(F16), b.astype(F16)
+    else:
+        a, b = _data(rng, _shape(la, ext), BF16), _data(rng, _shape(lb, ext), BF16)
     c = None if c_type is None else _data(rng, _shape(ld, ext), c_type)
     d = np.full(_shape(ld, ext), np.nan, d_type)
     beta = 0.0 if c is None else -2.0
     status = _run(eq, a, b, c, d, 0.5, beta)
     np.testing.assert_array_equal(d, _want(eq, a, b, c, 0.5, beta, d_type))
     # an F64 C makes F64 the compute type (SPEC: the widest), which the tiles do not sum in
-    assert ("BF16 products" in status.algorithm) == (tiles and c_type != np.float64)
+    assert ("F32 sums" in status.algorithm) == (tiles and c_type != np.float64)
 
 
 @pytest.mark.parametrize("name", ["dense_layer", "attention", "d_transposed"])
@@ -207,3 +220,15 @@ def test_strided_matvec(eq: str, tiles: bool) -> None:
     _run(eq, a, b, c, d, 0.5, 2.0)
     np.testing.assert_array_equal(d, _want(eq, a, b, c, 0.5, 2.0, BF16))
     assert np.isnan(d_buf[1::3].astype(np.float32)).all()  # nothing written between
+
+
+def test_f16_infinities_leave_the_tiles(tiles: bool) -> None:
+    """An F16 infinity would meet the other operand's lo part of 0 (a NaN): F32 GEMM then."""
+    a = np.ones((40, 64), F16)
+    b = np.full((64, 30), 3, F16)
+    a[3, 5] = np.inf
+    b[7, 2] = -np.inf
+    d = np.empty((40, 30), F16)
+    _run("ik,kj->ij", a, b, None, d, 1.0, 0.0)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(d.astype(np.float64), want)  # inf, -inf and NaN as NumPy

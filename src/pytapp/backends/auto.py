@@ -195,8 +195,10 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
             elif route is Route.VIEW_GEMM and p.view is not None:
                 vm, vn, vk, calls = p.view
                 out[name] = view_gemm_seconds(vm, vn, vk, calls, model("numpy", dt), cplx)
-            elif p.tiles:  # BF16 on the AMX tiles: nothing converted, nothing copied
-                out[name] = ttgt_seconds(m, n, k, h, 0, 0, model("tiles", "bf16"), cplx)
+            elif p.tiles:  # BF16 on the AMX tiles: nothing converted, nothing copied; F16
+                # numbers split into BF16 pairs: four tile products per multiply-add
+                split = 4 if spec.a.datatype is Datatype.F16 else 1
+                out[name] = split * ttgt_seconds(m, n, k, h, 0, 0, model("tiles", "bf16"), cplx)
                 continue
             elif p.kind is Kind.GEMM:
                 out[name] = ttgt_seconds(m, n, k, h, copies, stored, model("numpy", dt), cplx)

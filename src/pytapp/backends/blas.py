@@ -177,6 +177,10 @@ _EXACT_IN = {
 }
 
 
+#: Types of C that the tiles' epilogue reads (others go through the F32 temporary).
+_TILE_C_TYPES = ("bfloat16", "float16", "float32")
+
+
 class Written(Enum):
     """Where a kernel left the product ``op_A(A) op_B(B)``, so the epilogue knows what to do."""
 
@@ -393,7 +397,8 @@ class BlasPlan(Stateless):
         self.tiles = self._tiles_fit()
         if self.tiles:
             where = "AVX-512 vectors" if min(self.m, self.n) == 1 else "the AMX tiles"
-            self.algorithm += f" (BF16 products on {where}, F32 sums)"
+            pairs = " split into BF16 pairs" if spec.a.datatype is Datatype.F16 else ""
+            self.algorithm += f" ({spec.a.datatype.name} products{pairs} on {where}, F32 sums)"
             self.profile.tiles = True
         self.view_gemm: ViewGemm | None = None
         self.route = self._kernel_route()
@@ -1051,19 +1056,22 @@ class BlasPlan(Stateless):
 
         A and B stored as BF16 and used as they are (no isolated sums, no rounding that loses
         bits: DEFAULT, BF16BF16_ACCUM_F32 or an F32/F64 precision, all exact on BF16 inputs),
-        products and sums in F32, D stored as BF16 or F32, no broadcast labels; GEMVs (one side
-        of 1) need AVX-512 vectors only, not the tiles (memory-bound: 35-42 GB/s from a BF16
-        matrix here, against 20-27 for torch's native matvec). The tiles
+        products and sums in F32, D stored as BF16, F16 or F32, no broadcast labels; GEMVs (one
+        side of 1) need AVX-512 vectors only, not the tiles (memory-bound: 35-42 GB/s from a
+        BF16 matrix here, against 20-27 for torch's native matvec). A and B may both be F16
+        instead: each number is split exactly into two BF16 ones and the tiles add the four
+        products of every multiply-add (exact in F32), four times the tiles' work. The tiles
         multiply BF16 pairs exactly and add in F32, as the F32 GEMM on converted copies does,
         without the copies: a 2048x1024 by 1024x1024 product took 22 ms that way and 5 ms on
         the tiles (2-core Xeon with AMX).
         """
         spec = self.spec
+        low = spec.a.datatype
         return (self.kind is Kind.GEMM and not spec.classes.IC and not self.a_reduce
                 and not self.b_reduce and self.compute == np.float32
-                and spec.a.datatype is Datatype.BF16 and spec.b.datatype is Datatype.BF16
-                and spec.d.datatype in (Datatype.BF16, Datatype.F32)
-                and self._round_free(Datatype.BF16)
+                and low in (Datatype.BF16, Datatype.F16) and spec.b.datatype is low
+                and spec.d.datatype in (Datatype.BF16, Datatype.F16, Datatype.F32)
+                and self._round_free(low)
                 and (bf16_tiles() or (min(self.m, self.n) == 1 and bf16_vectors())))
 
     def _tile_view(self, x: np.ndarray, perm: tuple[int, ...],
@@ -1094,7 +1102,7 @@ class BlasPlan(Stateless):
         d = self._tile_view(bound.d, self.d_perm, shape)
         c = None if c_in is None else self._tile_view(c_in, self.d_perm, shape)
         fused = (d is not None and alpha.imag == 0 and beta.imag == 0
-                 and (c_in is None or (c is not None and c.dtype.name in ("bfloat16", "float32")
+                 and (c_in is None or (c is not None and c.dtype.name in _TILE_C_TYPES
                                        and not np.may_share_memory(c_in, bound.d))))
         if fused:
             assert d is not None

@@ -172,14 +172,16 @@ def bf16_gemm(a: np.ndarray, b: np.ndarray, d: np.ndarray, c: np.ndarray | None 
               alpha: float = 1.0, beta: float = 0.0) -> int | None:
     """``d[h] = alpha a[h] @ b[h] + beta c[h]`` for BF16 ``a`` and ``b`` on the AMX tiles.
 
-    ``a`` (h, m, k) and ``b`` (h, k, n) hold BF16 numbers, ``d`` and ``c`` (h, m, n) BF16 or
-    float32 ones; any strides. Products and sums are F32 (the tiles multiply BF16 pairs exactly
-    and add in F32), the epilogue F32 too, rounded once into ``d``'s type: SPEC's DEFAULT and
-    BF16BF16_ACCUM_F32 precisions. A GEMV (one side of 1) runs on AVX-512 vectors instead
-    (:func:`bf16_vectors`). Returns the bytes of the buffers it used; ``None`` when the
-    tiles are not there, the arrays do not fit, or ``a`` or ``b`` holds subnormal numbers
-    (which the tiles read as zero): ``d`` may then be partly written, so ``c`` must not be
-    ``d`` then, and ``d`` must not overlap ``a`` or ``b`` (the caller checks both).
+    ``a`` (h, m, k) and ``b`` (h, k, n) hold BF16 numbers (or both F16: each number is split
+    exactly into two BF16 ones, four tile products per multiply-add), ``d`` and ``c``
+    (h, m, n) BF16, F16 or float32 ones; any strides. Products and sums are F32 (the tiles
+    multiply BF16 pairs exactly and add in F32), the epilogue F32 too, rounded once into
+    ``d``'s type: SPEC's DEFAULT, BF16BF16_ACCUM_F32 and F16F16_ACCUM_F32 precisions. A GEMV
+    (one side of 1) runs on AVX-512 vectors instead (:func:`bf16_vectors`). Returns the bytes
+    of the buffers it used; ``None`` when the tiles are not there, the arrays do not fit,
+    ``a`` or ``b`` holds subnormal BF16 numbers (which the tiles read as zero) or F16
+    infinities (whose split would make NaNs): ``d`` may then be partly written, so ``c`` must
+    not be ``d`` then, and ``d`` must not overlap ``a`` or ``b`` (the caller checks both).
 
     Examples
     --------
