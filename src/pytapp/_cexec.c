@@ -2592,6 +2592,8 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
 
 /* Products of at least this many multiply-adds are shared out over the BLAS's pool. */
 #define AMX_SPLIT_MIN (1 << 20)
+/* Most bytes of packed operands and sums one worker of amx_gemm allocates. */
+#define AMX_BUFFER_MAX ((size_t)256 << 20)
 
 typedef struct {
     AmxGemm g;
@@ -2625,7 +2627,8 @@ static int amx_type(PyArrayObject *x) {
  * (h, m, n) float32 or BF16 as uint16, any strides; products, sums and the epilogue in F32 on
  * the AMX tiles, shared out over the BLAS's pool (batch elements, else rows or columns of d).
  * Returns the bytes of the workers' buffers; None when the tiles are not there, the arrays do
- * not fit this, or an operand holds subnormal numbers (the tiles would read them as zero: d
+ * not fit this, the buffers would exceed AMX_BUFFER_MAX or memory, or an operand holds
+ * subnormal numbers (the tiles would read them as zero: d
  * may then be partly written; c is read only where it has not been written, unless c is d).
  * The caller rules out d overlapping a or b, or c other than d itself. */
 static PyObject *amx_gemm(PyObject *self, PyObject *args) {
@@ -2688,6 +2691,9 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
     const npy_intp units = split == 0 ? h : ((split == 2 ? gn : gm) + 31) / 32;
     const int workers = pool_workers(units, madds >= AMX_SPLIT_MIN);
     const size_t bytes = amx_buffer_bytes(g);
+    /* B is packed for the whole of k: a sum so long that this outgrows AMX_BUFFER_MAX per
+     * worker is left to the F32 route, as is one whose buffers memory cannot hold */
+    if (bytes > AMX_BUFFER_MAX) Py_RETURN_NONE;
     AmxJob jobs[MAX_WORKERS];
     int ready = 1;
     for (int w = 0; w < workers; ++w) {
@@ -2701,7 +2707,7 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
     }
     if (!ready) {
         for (int w = 0; w < workers; ++w) free(jobs[w].buf);
-        return PyErr_NoMemory();
+        Py_RETURN_NONE;
     }
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
