@@ -40,7 +40,7 @@ enum { KC = 1024, MC = 128, NC = 512, TILE = 512 /* numbers per tile */ };
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-static int g_amx = 0, g_amx_cap = 1;
+static int g_amx = 0, g_amx_cap = 2;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_probe(void) {
@@ -57,16 +57,20 @@ static void amx_probe(void) {
 
 int amx_ready(void) {
     (void)pthread_once(&g_amx_once, amx_probe);
-    return g_amx && g_amx_cap;
-}
-
-int amx_cap(int on) {
-    g_amx_cap = on != 0;
-    return amx_ready();
+    return g_amx && g_amx_cap >= 2;
 }
 
 int amx_gemv_ready(void) {
     return g_amx_cap && tile_isa() == TILE_AVX512 && __builtin_cpu_supports("avx512bw");
+}
+
+int amx_vectors_ready(void) {
+    return amx_gemv_ready() && __builtin_cpu_supports("avx512bf16");
+}
+
+int amx_cap(int level) {
+    g_amx_cap = level < 0 ? 0 : level > 2 ? 2 : level;
+    return amx_ready() ? 2 : amx_vectors_ready() ? 1 : 0;
 }
 
 static int64_t up32(int64_t x) { return (x + 31) / 32 * 32; }
@@ -380,6 +384,42 @@ run_blocks(float *acc, int64_t ld, const uint16_t *ap, int64_t as, int64_t mpane
         }
 }
 
+/* run_blocks on AVX512-BF16 vectors, for CPUs without the tiles (AMD Zen 4, Cooper Lake):
+ * the same packed operands, VDPBF16PS on 8 rows x 32 columns of sums at a time (16 registers),
+ * A's pairs broadcast, B's rows of 16 pairs loaded as they lie in its tiles. */
+__attribute__((target("avx512f,avx512bf16"))) static void
+run_blocks_vec(float *acc, int64_t ld, const uint16_t *ap, int64_t as, int64_t mpanels,
+               const uint16_t *bp, int64_t bs, int64_t npanels, int64_t steps, int first) {
+    for (int64_t q = 0; q < npanels; q += 2)
+        for (int64_t p = 0; p < mpanels; ++p)
+            for (int half = 0; half < 2; ++half) {
+                float *o = acc + (p * 16 + half * 8) * ld + q * 16;
+                __m512 c0[8], c1[8];
+                for (int r = 0; r < 8; ++r) {
+                    c0[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o + r * ld);
+                    c1[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o + r * ld + 16);
+                }
+                const uint16_t *a = ap + p * as + half * 8 * 32, *b0 = bp + q * bs;
+                const uint16_t *b1 = b0 + bs;
+                for (int64_t s = 0; s < steps; ++s)
+                    for (int kp = 0; kp < 16; ++kp) {
+                        const __m512bh y0 = (__m512bh)_mm512_load_si512(b0 + s * TILE + kp * 32);
+                        const __m512bh y1 = (__m512bh)_mm512_load_si512(b1 + s * TILE + kp * 32);
+                        for (int r = 0; r < 8; ++r) {
+                            int32_t pair;
+                            memcpy(&pair, a + s * TILE + r * 32 + 2 * kp, 4);
+                            const __m512bh x = (__m512bh)_mm512_set1_epi32(pair);
+                            c0[r] = _mm512_dpbf16_ps(c0[r], x, y0);
+                            c1[r] = _mm512_dpbf16_ps(c1[r], x, y1);
+                        }
+                    }
+                for (int r = 0; r < 8; ++r) {
+                    _mm512_storeu_ps(o + r * ld, c0[r]);
+                    _mm512_storeu_ps(o + r * ld + 16, c1[r]);
+                }
+            }
+}
+
 /* Eight tiles of 16 rows of 64 bytes. (A constant in memory: the intrinsic tells the compiler
  * that it reads only the first 8 bytes, so stores into a local configuration could be dropped.) */
 static const TileConfig g_config = {
@@ -657,7 +697,8 @@ int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t 
     uint16_t *ap = (uint16_t *)align64((char *)(bp + kall * nc));
     float *acc = (float *)align64((char *)(ap + mc * kc));
     int bad = 0;
-    if (kt > 0) tiles_on();
+    const int tiles = amx_ready(); /* else AVX512-BF16 vectors (amx_vectors_ready) */
+    if (kt > 0 && tiles) tiles_on();
     for (int64_t j = n0; j < n1 && !bad; j += nc) {
         const int64_t nb = min64(nc, n1 - j), np = up32(nb) / 16, ld = np * 16;
         if (kt > 0 && g->half) bad = pack_b_half(g, j, nb, 0, kt, bp);
@@ -671,15 +712,18 @@ int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t 
                 if (g->half) bad = pack_a_half(g, i, mb, k0, kb, ap);
                 else bad = pack_a(g, i, mb, k0, kb, ap);
                 BARRIER();
-                if (!bad)
+                if (!bad && tiles)
                     run_blocks(acc, ld, ap, steps * TILE, mp, bp + k0 / 32 * TILE,
                                kall / 32 * TILE, np, steps, k0 == 0);
+                else if (!bad)
+                    run_blocks_vec(acc, ld, ap, steps * TILE, mp, bp + k0 / 32 * TILE,
+                                   kall / 32 * TILE, np, steps, k0 == 0);
                 BARRIER();
             }
             if (!bad) store_block(g, acc, ld, i, mb, j, nb);
         }
     }
-    if (kt > 0) tiles_off();
+    if (kt > 0 && tiles) tiles_off();
     return bad;
 }
 
@@ -688,6 +732,8 @@ int amx_gemm_part(const AmxGemm *g, int64_t m0, int64_t m1, int64_t n0, int64_t 
 int amx_ready(void) { return 0; }
 
 int amx_gemv_ready(void) { return 0; }
+
+int amx_vectors_ready(void) { return 0; }
 
 int amx_cap(int on) {
     (void)on;

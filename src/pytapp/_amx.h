@@ -9,9 +9,13 @@
  * asks Linux for the tiles' register state), under the cap of amx_cap. */
 int amx_ready(void);
 
-/* Allow (1) or forbid (0) the tiles and the GEMVs below (for comparisons and tests); returns
- * amx_ready. */
-int amx_cap(int on);
+/* Allow the tiles (2), only AVX512-BF16 vectors for GEMMs (1), or neither and no GEMVs (0)
+ * (for comparisons and tests); returns what GEMMs now run on: 2 tiles, 1 vectors, 0 none. */
+int amx_cap(int level);
+
+/* Whether GEMMs run on AVX512-BF16 vectors (VDPBF16PS) where the tiles are not there (AMD Zen
+ * 4, Cooper Lake): the same packing, a tenth of the tiles' rate or less. */
+int amx_vectors_ready(void);
 
 /* Whether amx_gemm_part runs GEMVs (n = 1) here: they need AVX-512 (F and BW) vectors, not the
  * tiles (capped by amx_cap and by the register tiles' cap, tile_cap). */
@@ -46,8 +50,9 @@ typedef struct {
 /* Bytes of buffer amx_gemm_part needs. */
 size_t amx_buffer_bytes(const AmxGemm *g);
 
-/* D[m0:m1, n0:n1] on the calling thread (on the tiles, which amx_ready must allow; a GEMV,
- * n = 1, on AVX-512 vectors, which amx_gemv_ready must allow), with `buf` (amx_buffer_bytes) for the packed operands
+/* D[m0:m1, n0:n1] on the calling thread (on the tiles where amx_ready, else on AVX512-BF16
+ * vectors, which amx_vectors_ready must allow; a GEMV, n = 1, on AVX-512 vectors, which
+ * amx_gemv_ready must allow), with `buf` (amx_buffer_bytes) for the packed operands
  * and the F32 sums. 0: done; 1: an operand holds a subnormal number, which the tiles would read
  * as zero (this part of D may then be partly written: the caller computes D another way, from
  * C untouched only where C is not D). */

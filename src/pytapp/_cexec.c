@@ -2654,7 +2654,8 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     for (int i = 0; c && i < 3; ++i)
         if (PyArray_DIM(c, i) != PyArray_DIM(d, i)) Py_RETURN_NONE;
-    if (!amx_ready() && !((m == 1 || n == 1) && k > 0 && amx_gemv_ready())) Py_RETURN_NONE;
+    if (!amx_ready() && !amx_vectors_ready() && !((m == 1 || n == 1) && k > 0 && amx_gemv_ready()))
+        Py_RETURN_NONE;
     if (h == 0 || m == 0 || n == 0) return PyLong_FromLong(0);
     AmxJob job;
     memset(&job, 0, sizeof job);
@@ -2720,16 +2721,18 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t((Py_ssize_t)bytes * workers);
 }
 
-/* set_amx(on) -> bool: allow (1) or forbid (0) the AMX tiles; whether they now run. */
+/* set_amx(level) -> int: allow the AMX tiles (2), only AVX512-BF16 vectors (1) or neither
+ * (0); what BF16 GEMMs now run on (2 tiles, 1 vectors, 0 none). */
 static PyObject *set_amx(PyObject *self, PyObject *arg) {
-    const long on = PyLong_AsLong(arg);
-    if (on == -1 && PyErr_Occurred()) return NULL;
-    return PyBool_FromLong(amx_cap((int)on));
+    const long level = PyLong_AsLong(arg);
+    if (level == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(amx_cap((int)level));
 }
 
-/* amx_ready() -> bool: whether the AMX tiles run (this CPU, its OS, and the cap). */
+/* amx_ready() -> int: what BF16 GEMMs run on here: 2 the AMX tiles, 1 AVX512-BF16 vectors, 0
+ * neither (this CPU, its OS, and the cap). */
 static PyObject *amx_ready_py(PyObject *self, PyObject *unused) {
-    return PyBool_FromLong(amx_ready());
+    return PyLong_FromLong(amx_ready() ? 2 : amx_vectors_ready() ? 1 : 0);
 }
 
 /* amx_gemv_ready() -> bool: whether amx_gemm runs BF16 GEMVs here (AVX-512, and the caps). */
@@ -3208,11 +3211,12 @@ static PyMethodDef methods[] = {
      "BF16 numbers (as uint16) multiplied and summed in F32 on the AMX tiles; the bytes of the "
      "buffers it used, None (d not computed) when the tiles or the arrays do not fit."},
     {"amx_ready", amx_ready_py, METH_NOARGS,
-     "amx_ready() -> bool: whether the AMX tiles run here."},
+     "amx_ready() -> int: what BF16 GEMMs run on here (2 tiles, 1 AVX512-BF16, 0 neither)."},
     {"amx_gemv_ready", amx_gemv_ready_py, METH_NOARGS,
      "amx_gemv_ready() -> bool: whether amx_gemm runs BF16 GEMVs here (AVX-512)."},
     {"set_amx", set_amx, METH_O,
-     "set_amx(on) -> bool: allow or forbid the AMX tiles; whether they now run."},
+     "set_amx(level) -> int: allow the AMX tiles (2), only AVX512-BF16 vectors (1) or neither "
+     "(0); what BF16 GEMMs now run on."},
     {"layout_key", (PyCFunction)(void (*)(void))layout_key, METH_FASTCALL,
      "layout_key(head, operands, first) -> tuple | None: head + (the layouts of "
      "operands[first:] packed in bytes,), None unless each is exactly an ndarray."},

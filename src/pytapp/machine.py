@@ -68,7 +68,8 @@ class Machine:
     def gemm_rate(self, library: str, dtype: str, small: bool = False) -> float:
         """Flop/s of a GEMM by ``library`` in ``dtype``; 0 if unknown.
 
-        'numpy' (its BLAS), 'torch', or 'tiles' (blas's BF16 GEMM on the AMX tiles).
+        'numpy' (its BLAS), 'torch', or 'tiles' (blas's BF16 GEMM on the AMX tiles, or on
+        AVX512-BF16 vectors where the CPU has no tiles).
         """
         table = self.small if small else self.big
         return float(table.get(library, {}).get(dtype, 0.0))
@@ -227,7 +228,10 @@ def _measure(key: str) -> Machine:
 
 
 def _tile_rates() -> tuple[float, ...]:
-    """Flop/s of blas's BF16 GEMM on the AMX tiles at n = 512 and 64; () without the tiles."""
+    """Return blas's BF16 GEMM rates (flop/s) at n = 512 and 64; () where it has none.
+
+    On the AMX tiles or, without them, on AVX512-BF16 vectors.
+    """
     try:
         _cexec: Any = importlib.import_module("pytapp._cexec")
     except ImportError:

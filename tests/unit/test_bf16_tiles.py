@@ -23,7 +23,7 @@ from pytapp.kernels import program
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TILES = program.bf16_tiles()
-needs_tiles = pytest.mark.skipif(not TILES, reason="this CPU has no AMX-BF16 tiles")
+needs_tiles = pytest.mark.skipif(TILES != "amx", reason="this CPU has no AMX-BF16 tiles")
 
 #: (equation, extents): plain and transposed operands, batches, D's fastest labels from B
 #: (written as D^T = B^T A^T), sums longer than one chunk of k (1024), more columns than one
@@ -55,14 +55,17 @@ def _shape(word: str, ext: dict[str, int]) -> tuple[int, ...]:
     return tuple(ext[x] for x in word)
 
 
-@pytest.fixture(params=[True, False], ids=["tiles", "f32_gemm"])
+@pytest.fixture(params=[True, "avx512_bf16", False], ids=["tiles", "bf16_vectors", "f32_gemm"])
 def tiles(request: pytest.FixtureRequest) -> Iterator[bool]:
-    """Run with the tiles allowed (where the CPU has them) and forbidden."""
-    if request.param and not TILES:
+    """Run on the AMX tiles, on AVX512-BF16 vectors (the same kernels without the tiles, as on
+    CPUs that lack them) and with both forbidden (the F32 GEMM), where the CPU has them."""
+    if request.param is True and TILES != "amx":
         pytest.skip("this CPU has no AMX-BF16 tiles")
-    program.bf16_tiles(request.param)
+    if request.param == "avx512_bf16" and not TILES:
+        pytest.skip("this CPU has no AVX512-BF16")
+    got = program.bf16_tiles(request.param)
     clear_plan_cache()  # plans decide their route when built
-    yield request.param
+    yield bool(got)
     program.bf16_tiles(True)
     clear_plan_cache()
 

@@ -396,7 +396,8 @@ class BlasPlan(Stateless):
         #: BF16 GEMMs on the AMX tiles (see _run_tiles), where the CPU has them.
         self.tiles = self._tiles_fit()
         if self.tiles:
-            where = "AVX-512 vectors" if min(self.m, self.n) == 1 else "the AMX tiles"
+            where = ("AVX-512 vectors" if min(self.m, self.n) == 1 else
+                     "the AMX tiles" if bf16_tiles() == "amx" else "AVX512-BF16 vectors")
             pairs = " split into BF16 pairs" if spec.a.datatype is Datatype.F16 else ""
             self.algorithm += f" ({spec.a.datatype.name} products{pairs} on {where}, F32 sums)"
             self.profile.tiles = True
@@ -1072,7 +1073,7 @@ class BlasPlan(Stateless):
                 and low in (Datatype.BF16, Datatype.F16) and spec.b.datatype is low
                 and spec.d.datatype in (Datatype.BF16, Datatype.F16, Datatype.F32)
                 and self._round_free(low)
-                and (bf16_tiles() or (min(self.m, self.n) == 1 and bf16_vectors())))
+                and (bf16_tiles() != "" or (min(self.m, self.n) == 1 and bf16_vectors())))
 
     def _tile_view(self, x: np.ndarray, perm: tuple[int, ...],
                    shape: tuple[int, int, int]) -> np.ndarray | None:

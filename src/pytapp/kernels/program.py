@@ -135,23 +135,33 @@ def half_copy(dst: np.ndarray, src: Any) -> bool:
     return done
 
 
-def bf16_tiles(on: bool | None = None) -> bool:
-    """Whether BF16 GEMMs run on the CPU's AMX tiles; ``on`` allows or forbids them first.
+#: What BF16 GEMMs run on, by ``_cexec.amx_ready``'s number.
+_BF16_UNITS = ("", "avx512_bf16", "amx")
 
-    The tiles need an x86-64 CPU with AMX-BF16 (Intel Xeon since Sapphire Rapids), Linux, and
-    the extension built by GCC 11+ or clang 13+. Forbidding them (for comparisons and tests)
-    sends BF16 products back to the F32 GEMM.
+
+def bf16_tiles(on: bool | Literal["avx512_bf16"] | None = None) -> str:
+    """Return what BF16 and F16 GEMMs run on: ``"amx"``, ``"avx512_bf16"`` or ``""`` (F32).
+
+    The AMX tiles need an x86-64 CPU with AMX-BF16 (Intel Xeon since Sapphire Rapids), Linux,
+    and the extension built by GCC 11+ or clang 13+; without them, AVX512-BF16 vectors
+    (VDPBF16PS: AMD Zen 4, Intel Cooper Lake) run the same packed kernels at a fraction of the
+    tiles' rate. ``on`` first allows both (``True``), only the vectors (``"avx512_bf16"``) or
+    neither (``False``: BF16 products go back to the F32 GEMM), for comparisons and tests.
 
     Examples
     --------
-    >>> isinstance(bf16_tiles(), bool)
+    >>> bf16_tiles() in ("amx", "avx512_bf16", "")
     True
     """
     if _cexec is None:
-        return False
+        return ""
     if on is not None:
-        return bool(_cexec.set_amx(int(on)))
-    return bool(_cexec.amx_ready())
+        level = 1 if on == "avx512_bf16" else 2 if on is True else 0 if on is False else -1
+        if level < 0:
+            raise error_for(ErrorCode.UNSUPPORTED,
+                            f"bf16_tiles takes True, False or 'avx512_bf16', not {on!r}")
+        return _BF16_UNITS[int(_cexec.set_amx(level))]
+    return _BF16_UNITS[int(_cexec.amx_ready())]
 
 
 def bf16_vectors() -> bool:
@@ -397,7 +407,7 @@ def use_tiles(on: bool | Literal["avx2", "avx512"] = True) -> str:
                         f"use_tiles takes True, False, 'avx2' or 'avx512', not {on!r}")
     if _cexec is None:
         return ""
-    _cexec.set_amx(int(cap == 2))
+    _cexec.set_amx(2 if cap == 2 else 0)
     return _TILE_ISAS[int(_cexec.set_tiles(cap))]
 
 
