@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +142,30 @@ def summed_route(monkeypatch: pytest.MonkeyPatch) -> object:
     yield None
     viewgemm.summed_view_gemm.cache_clear()
     program._lower.cache_clear()
+
+
+def run_in_threads(work: Callable[[int], None], count: int = 16) -> None:
+    """Run ``work(k)`` for k < ``count`` on that many threads at once (released together by a
+    barrier); fail with the first errors any of them raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def body(k: int) -> None:
+        try:
+            barrier.wait()
+            work(k)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
+@pytest.fixture
+def in_threads() -> Callable[..., None]:
+    """:func:`run_in_threads`, for tests that share a plan or an expression between threads."""
+    return run_in_threads

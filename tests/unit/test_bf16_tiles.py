@@ -11,7 +11,7 @@ that second half runs, and the tests that need the tiles are skipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ml_dtypes
@@ -237,32 +237,21 @@ def test_f16_infinities_leave_the_tiles(tiles: bool) -> None:
     np.testing.assert_array_equal(d.astype(np.float64), want)  # inf, -inf and NaN as NumPy
 
 
-def test_threads_share_one_plan(tiles: bool) -> None:
+def test_threads_share_one_plan(tiles: bool, in_threads: Callable[..., None]) -> None:
     """16 threads executing one plan at once (each its own D) get the right numbers."""
-    import threading
-
     rng = np.random.default_rng(8)
     a = _data(rng, (96, 200), BF16)
     bs = [_data(rng, (120, 200), BF16) for _ in range(16)]
     ds = [np.empty((96, 120), BF16) for _ in range(16)]
-    errors: list[BaseException] = []
     with Handle(backend="blas") as h:
         info = TensorInfo.from_array(ds[0])
         plan = TensorProduct(h, TensorInfo.from_array(a), "ik", TensorInfo.from_array(bs[0]),
                              "jk", info, "ij", info, "ij")
 
         def work(i: int) -> None:
-            try:
-                for _ in range(5):
-                    plan.execute(1.0, a, bs[i], 0.0, None, ds[i])
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+            for _ in range(5):
+                plan.execute(1.0, a, bs[i], 0.0, None, ds[i])
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors
+        in_threads(work)
     for b, d in zip(bs, ds, strict=True):
         np.testing.assert_array_equal(d, _want("ik,jk->ij", a, b, None, 1.0, 0.0, BF16))

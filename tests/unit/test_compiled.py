@@ -15,7 +15,6 @@ from __future__ import annotations
 import array
 import ctypes
 import mmap
-import threading
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -851,32 +850,14 @@ THREADS = 16
 ROUNDS = 25
 
 
-def _in_threads(work: Callable[[int], None]) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(THREADS)
-
-    def body(k: int) -> None:
-        try:
-            barrier.wait()
-            work(k)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:3]
-
-
 def _ints(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
     return rng.integers(-3, 4, tuple(shape)).astype(np.float64)
 
 
 @pytest.mark.parametrize(("a_labels", "n", "route"), [
     ("ik", 4, "loop nest"), ("ik", 40, "1 gemm"), ("ikx", 32, "ttgt")])
-def test_threads_share_one_plan(a_labels: str, n: int, route: str) -> None:
+def test_threads_share_one_plan(a_labels: str, n: int, route: str,
+                                in_threads: Callable[..., None]) -> None:
     """Sixteen threads, one plan, their own exact integer data each: every D exact."""
     ext = {"i": n, "k": n + 1, "j": n - 1, "x": 2}
     shapes = [[ext[x] for x in labels] for labels in (a_labels, "kj", "ij")]
@@ -898,11 +879,11 @@ def test_threads_share_one_plan(a_labels: str, n: int, route: str) -> None:
             assert status.algorithm.startswith(COMPILED)
             assert np.array_equal(d, want)
 
-    _in_threads(work)
+    in_threads(work)
 
 
 @pytest.mark.parametrize("n", [6, 34], ids=["small", "large"])
-def test_threads_share_one_expression(n: int) -> None:
+def test_threads_share_one_expression(n: int, in_threads: Callable[..., None]) -> None:
     """Sixteen threads calling one einsum expression (its compiled chain, whose intermediate
     buffers only one call at a time uses), and one-shot einsum on the same layouts."""
     shapes = [(n, n + 1), (n + 1, n + 2), (n + 2, n - 1), (n - 1,)]
@@ -920,11 +901,11 @@ def test_threads_share_one_expression(n: int) -> None:
             got = expr(*ops) if r % 2 else pytapp.einsum(eq, *ops, backend="blas")
             assert np.array_equal(got, want)
 
-    _in_threads(work)
+    in_threads(work)
 
 
 @pytest.mark.parametrize("n", [6, 34], ids=["small", "large"])
-def test_threads_write_into_their_own_out(n: int) -> None:
+def test_threads_write_into_their_own_out(n: int, in_threads: Callable[..., None]) -> None:
     """Sixteen threads calling one expression and one-shot einsum with out= of two layouts:
     the chains built for out's layouts write each call's result into that call's out."""
     shapes = [(n, n + 1), (n + 1, n + 2), (n + 2, n - 1)]
@@ -942,7 +923,7 @@ def test_threads_write_into_their_own_out(n: int) -> None:
                                                                  backend="blas")
             assert got is out and np.array_equal(out, want)
 
-    _in_threads(work)
+    in_threads(work)
 
 
 def _checked_calls(expr: Any, eq: str, shapes: Sequence[tuple[int, ...]], seed: int,
@@ -1031,7 +1012,8 @@ SPLIT = 1 << 16  # _cexec's LOOP_SPLIT_MIN: loop nests this large are shared out
 ])
 @pytest.mark.parametrize("flavour", ["plain", "epilogue", "c_is_d", "reversed"])
 def test_large_loop_nests_shared_out_over_the_pool_stay_exact(
-        eq: str, shapes: list[tuple[int, ...]], dtype: type, flavour: str) -> None:
+        eq: str, shapes: list[tuple[int, ...]], dtype: type, flavour: str,
+        in_threads: Callable[..., None]) -> None:
     """Elementwise loop nests of LOOP_SPLIT_MIN iterations or more run on the BLAS's pool,
     split along their first (output) label: every element exact, whatever the epilogue, the
     strides, or C being D; 16 threads sharing the plan too."""
@@ -1068,4 +1050,4 @@ def test_large_loop_nests_shared_out_over_the_pool_stay_exact(
         for _ in range(2):
             check(operand_a(r), _ints(r, b.shape).astype(dtype), _ints(r, d_shape).astype(dtype))
 
-    _in_threads(work)
+    in_threads(work)
