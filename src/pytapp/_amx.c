@@ -560,9 +560,7 @@ AVX512 static void store_block(const AmxGemm *g, const float *acc, int64_t ld, i
                     w = _mm512_fmadd_ps(_mm512_maskz_loadu_ps((__mmask16)(m >> 16), c + j * 4 + 64),
                                         be, w);
                 }
-                if (dbf && m == 0xffffffffu && !(((uintptr_t)(d + j * 2)) & 63)) {
-                    _mm512_stream_si512((void *)(d + j * 2), to_bf16x32(v, w));
-                } else if (dbf) {
+                if (dbf) {
                     _mm512_mask_storeu_epi16(d + j * 2, m, to_bf16x32(v, w));
                 } else {
                     _mm512_mask_storeu_ps(d + j * 4, (__mmask16)m, v);
