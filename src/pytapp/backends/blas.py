@@ -1053,18 +1053,17 @@ class BlasPlan(Stateless):
 
     # ----------------------------------------------------------------- BF16 on tiles
     def _tiles_fit(self) -> bool:
-        """Whether this product is BF16 GEMMs that the AMX tiles compute as SPEC says.
+        """Whether blas computes this product with ``_amx.c``'s kernels, as SPEC says.
 
-        A and B stored as BF16 and used as they are (no isolated sums, no rounding that loses
-        bits: DEFAULT, BF16BF16_ACCUM_F32 or an F32/F64 precision, all exact on BF16 inputs),
-        products and sums in F32, D stored as BF16, F16 or F32, no broadcast labels; GEMVs (one
-        side of 1) need AVX-512 vectors only, not the tiles (memory-bound: 35-42 GB/s from a
-        BF16 matrix here, against 20-27 for torch's native matvec). A and B may both be F16
-        instead: each number is split exactly into two BF16 ones and the tiles add the four
-        products of every multiply-add (exact in F32), four times the tiles' work. The tiles
-        multiply BF16 pairs exactly and add in F32, as the F32 GEMM on converted copies does,
-        without the copies: a 2048x1024 by 1024x1024 product took 22 ms that way and 5 ms on
-        the tiles (2-core Xeon with AMX).
+        GEMMs whose A and B are both BF16 (or both F16) and used as they are: no isolated
+        sums, no rounding that loses bits (DEFAULT, the matching *_ACCUM_F32 precision, or an
+        F32/F64 one), products and sums in F32, D stored as BF16, F16 or F32, no broadcast
+        labels. They run on the AMX tiles or, without them, on AVX512-BF16 vectors; GEMVs (one
+        side of 1) on AVX-512 vectors. The tiles multiply BF16 pairs exactly and add in F32, as
+        the F32 GEMM on converted copies does, without the copies (a 2048x1024 by 1024x1024
+        product took 22 ms that way and 5 ms on the tiles, 2-core Xeon); an F16 number is split
+        exactly into two BF16 ones, four tile products per multiply-add. GEMVs are
+        memory-bound: 35-42 GB/s from a BF16 matrix here, against 20-27 for torch's matvec.
         """
         spec = self.spec
         low = spec.a.datatype
