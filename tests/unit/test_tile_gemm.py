@@ -94,7 +94,8 @@ TAKEN = {
         ("ik,kj->ij", 13, 40, 130, np.float32, 3),    # 3 vectors, the last masked
         ("ik,kj->ij", 1100, 40, 24, np.float32, 0),   # a short sum over many rows
         ("ki,kj->ij", 1024, 64, 64, np.float32, 0),   # A read transposed; rows shared out
-        ("ik,kj->ij", 65, 200, 273, np.float32, 1),   # panels 4, 3, 3, 3; columns shared out
+        # panels 4, 3, 3, 3; columns shared out; a B of 63 KiB, taken whatever the L2 cache
+        ("ik,kj->ij", 65, 200, 81, np.float32, 1),
         ("ki,kj->ij", 280, 34, 200, np.float64, 0),   # panels 3 and 2, the last masked
         ("ik,kj->ij", 7, 8, 300, np.float64, 2),      # one whole F64 vector, 7 rows
         ("ik,kj->ij", 100, 24, 180, np.float64, 0),   # 3 vectors of F64, tiles of 7 rows
@@ -115,7 +116,7 @@ TAKEN = {
         ("ik,kj->ij", 50, 30, 200, np.float32, 0),    # panels 2 and 2, tiles of 6 rows
         ("ik,kj->ij", 1100, 40, 24, np.float32, 0),   # a short sum over many rows
         ("ki,kj->ij", 1024, 64, 64, np.float32, 0),   # A read transposed; rows shared out
-        ("ik,kj->ij", 65, 200, 273, np.float32, 1),   # columns shared out
+        ("ik,kj->ij", 65, 200, 81, np.float32, 1),    # columns shared out (B of 63 KiB)
         ("ki,kj->ij", 280, 18, 200, np.float64, 0),   # panels 3 and 2, the last masked
         ("ik,kj->ij", 7, 4, 300, np.float64, 2),      # one whole F64 vector, 7 rows
         ("ik,kj->ij", 50, 16, 200, np.float32, 0),    # two whole vectors, tiles of 6 rows
