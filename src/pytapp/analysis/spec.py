@@ -111,6 +111,36 @@ class ContractionSpec:
         return 0 in (self.extent(x) for x in self.classes.P + self.classes.IA + self.classes.IB)
 
     @property
+    def native_low(self) -> Datatype | None:
+        """Return the 16-bit type a library's native GEMM in it computes this product in, or None.
+
+        Products of two F16 (BF16) numbers are exact in F32: a native low-precision GEMM that
+        sums them in F32 and rounds once to its storage type computes this product exactly up
+        to that final rounding when A and B are both stored in it, the computation is real with
+        F32 sums, inputs are rounded to it or not at all, no isolated label is summed first
+        (those sums would be rounded) and D is stored in it. The rounding is then the final
+        one only for calls with alpha 1 and no C (the caller's check).
+
+        Examples
+        --------
+        >>> from pytapp.precision import Prectype
+        >>> H = Datatype.BF16
+        >>> spec = build_spec(
+        ...     a=(H, (2, 3), (3, 1), "ik", 0), b=(H, (3, 4), (4, 1), "kj", 0),
+        ...     c=(H, (2, 4), (4, 1), "ij", 0), d=(H, (2, 4), (4, 1), "ij", 0),
+        ...     prec=Prectype.DEFAULT)
+        >>> spec.native_low is H
+        True
+        """
+        storage, rule = self.a.datatype, self.rule
+        if (storage in (Datatype.F16, Datatype.BF16) and self.b.datatype is storage
+                and self.d.datatype is storage and not rule.is_complex
+                and rule.real is Datatype.F32 and rule.input_round in (None, storage)
+                and not (self.classes.IA or self.classes.IB)):
+            return storage
+        return None
+
+    @property
     def operands(self) -> tuple[OperandSpec, OperandSpec, OperandSpec, OperandSpec]:
         """(A, B, C, D)."""
         return (self.a, self.b, self.c, self.d)

@@ -157,13 +157,15 @@ def call_overheads(names: list[str]) -> dict[str, float]:
 
 
 def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile | None,
-                machine: Machine, imports: bool = False) -> dict[str, float]:
+                machine: Machine, imports: bool = False, native: bool = True
+                ) -> dict[str, float]:
     """Predicted seconds of each capable backend, from this machine's measured constants.
 
     blas: its chosen route (one pass of a compiled kernel over the operands, GEMMs on views,
     or TTGT with its copies) at NumPy's GEMM rate, BF16 GEMMs on the AMX tiles at theirs;
-    torch: the same TTGT at torch's rate (its native rate for F16/BF16 inputs); tblis: the
-    GEMM without copies at NumPy's rate.
+    torch: the same TTGT at torch's rate (its native rate for F16/BF16 inputs where
+    ``spec.native_low`` allows it and ``native`` says the call has alpha 1 and no C, else its
+    F32 rate after converting them); tblis: the GEMM without copies at NumPy's rate.
     """
     p = profile or PlanProfile()
     cplx = spec.rule.is_complex
@@ -206,9 +208,12 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
                 out[name] = 2 * touched / machine.bandwidth
             out[name] += converted * CONVERT_SECONDS
         elif name == "torch":
-            rate_dt = spec.a.datatype.short_name if low else dt
+            in_low = native and spec.native_low is not None
+            rate_dt = spec.a.datatype.short_name if in_low else dt
             out[name] = (ttgt_seconds(m, n, k, h, copies, stored, model("torch", rate_dt), cplx)
                          if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
+            if low and not in_low:  # converted to F32 by torch: 2 bytes read, 4 written each
+                out[name] += 6 * converted / machine.bandwidth
         elif name == "tblis":
             out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
                          if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
@@ -234,7 +239,7 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
 
 def model_choice(spec: ContractionSpec, capable: list[str],
                  profile: PlanProfile | None = None,
-                 machine: Machine | None = None) -> str:
+                 machine: Machine | None = None, native: bool = True) -> str:
     """Return the cost model's pick among ``capable`` backends (``profile``: what blas would do).
 
     F16 accumulation (every partial sum rounded) runs on the reference loop; F16/BF16 inputs
@@ -245,7 +250,8 @@ def model_choice(spec: ContractionSpec, capable: list[str],
     (nothing is copied); otherwise torch only
     when predicted :data:`OTHER_POOL_MARGIN` times faster than blas (never tblis: its idle
     threads slow the OpenBLAS calls around it; see the module's notes). A library not
-    imported yet is priced with its import.
+    imported yet is priced with its import. ``native``: price calls with alpha 1 and no C
+    (torch's native low-precision GEMM is exact only for them).
     """
     if spec.rule.real is Datatype.F16 and "reference" in capable:
         return "reference"
@@ -256,7 +262,7 @@ def model_choice(spec: ContractionSpec, capable: list[str],
         # tiles excepted): the two are priced
         if "blas" not in capable:
             return "torch"
-        ranked = predictions(spec, ["blas", "torch"], p, machine, imports=True)
+        ranked = predictions(spec, ["blas", "torch"], p, machine, imports=True, native=native)
         return min(ranked, key=lambda name: ranked[name])
     if p.route is not None and "blas" in capable:
         return "blas"
@@ -303,7 +309,12 @@ def _tune_policy() -> str:
 
 
 class AutoPlan:
-    """The chosen backend's plan; the other candidates are planned only for timing them."""
+    """The chosen backend's plan; the other candidates are planned only for timing them.
+
+    ``general``: the backend for calls with alpha other than 1 or with C, where the choice was
+    priced at torch's native low-precision rate, which only those without hold (None: the
+    choice runs every call).
+    """
 
     @property
     def compiled(self) -> bool:
@@ -316,12 +327,20 @@ class AutoPlan:
 
     def __init__(self, spec: ContractionSpec, candidates: dict[str, Backend], choice: str,
                  executor: Executor | None, predicted: dict[str, float] | None = None,
-                 planned: dict[str, BackendPlan] | None = None) -> None:
+                 planned: dict[str, BackendPlan] | None = None, general: str | None = None
+                 ) -> None:
         self.spec, self.candidates, self.choice = spec, candidates, choice
         planned = dict(planned or {})
         self.plans: dict[str, BackendPlan] = {
             choice: planned.pop(choice) if choice in planned
             else candidates[choice].plan(spec, executor)}
+        self.general = general if general != choice else None
+        self._general: BackendPlan | None = None
+        if self.general is not None:
+            self._general = self.plans[self.general] = (
+                planned.pop(self.general) if self.general in planned
+                else candidates[self.general].plan(spec, executor))
+            self._general_prefix = f"auto -> {self.general}: "
         self.key = _key(spec)
         self.tuned = False
         self.budget = wisdom.Budget()  # executions so far, and their seconds
@@ -370,6 +389,8 @@ class AutoPlan:
     def explain(self) -> str:
         """Candidates with predicted (and, once tuned, measured) seconds, and the choice."""
         lines = [f"auto chose {self.choice}: {self.plans[self.choice].algorithm}"]
+        if self.general is not None:
+            lines.append(f"  (calls with alpha other than 1 or with C: {self.general})")
         for name in self.candidates:
             if name not in self.predicted and name != self.choice:
                 continue
@@ -458,6 +479,11 @@ class AutoPlan:
 
     def run(self, bound: BoundProduct, executor: Executor | None) -> Status:
         """Run the chosen backend (timing the candidates first when the budget allows)."""
+        general = self._general
+        if general is not None and (bound.c is not None or bound.alpha != 1):
+            status = general.run(bound, executor)
+            status.algorithm = self._general_prefix + status.algorithm
+            return status
         if not self.tuned and self._should_tune(executor):
             writes_input = bound.c is not None and np.may_share_memory(bound.c, bound.d)
             if not writes_input:  # every candidate must see the same C
@@ -619,8 +645,12 @@ class AutoBackend(Stateless):
         predicted = predictions(spec, tunable, profile, machine)
         choice = remembered if remembered in candidates else model_choice(
             spec, list(candidates), profile, machine)
+        # torch priced at its native low-precision rate: calls it cannot run natively go to
+        # the model's choice for them
+        general = (model_choice(spec, list(candidates), profile, machine, native=False)
+                   if choice == "torch" and spec.native_low is not None else None)
         try:
-            plan = AutoPlan(spec, candidates, str(choice), executor, predicted, planned)
+            plan = AutoPlan(spec, candidates, str(choice), executor, predicted, planned, general)
         except TappError:
             # Capabilities do not say everything (torch and tblis take at most 52 labels,
             # a library may refuse a layout): only auto may choose another backend.

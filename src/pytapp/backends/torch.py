@@ -47,19 +47,9 @@ class TorchPlan(Stateless):
         real = {Datatype.F32: torch.float32, Datatype.F64: torch.float64}[rule.real]
         self.compute = {torch.float32: torch.complex64, torch.float64: torch.complex128}[
             real] if rule.is_complex else real
-        # Native low precision: both inputs stored in the rounding type itself.
+        # Native low precision (spec.native_low): exact up to the final rounding into D.
         low = {Datatype.BF16: torch.bfloat16, Datatype.F16: torch.float16}
-        # Products of two F16 (BF16) numbers are exact in F32 and torch accumulates them in
-        # F32: under DEFAULT and the *_ACCUM_F32 precisions the native matmul is exact up to
-        # its final rounding to the storage type.
-        storage = spec.a.datatype
-        self.native_type: Datatype | None = None
-        # Isolated labels are reduced by torch in the storage type first: not exact.
-        isolated = spec.classes.IA or spec.classes.IB
-        if (storage in low and spec.b.datatype is storage and not rule.is_complex
-                and rule.input_round in (None, storage) and rule.real is Datatype.F32
-                and not isolated):
-            self.native_type = storage
+        self.native_type: Datatype | None = spec.native_low
         self.native = self.native_type is not None
         self.input_dtype = low[self.native_type] if self.native_type else self.compute
         # torch.einsum may copy both inputs and builds the result before D is written.
@@ -113,8 +103,7 @@ class TorchPlan(Stateless):
             return status
         # The native low-precision product is rounded once to its storage type: exact only
         # when that rounding is the final one (D of that type, alpha 1, no C).
-        native = (self.native and bound.c is None and bound.alpha == 1
-                  and spec.d.datatype is self.native_type)
+        native = self.native and bound.c is None and bound.alpha == 1
         dtype = self.input_dtype if native else self.compute
         a = self._tensor(bound.a, spec.a, dtype, native)
         b = self._tensor(bound.b, spec.b, dtype, native)
