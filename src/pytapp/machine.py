@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
+import math
 import os
 import platform
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -62,7 +64,8 @@ class Machine:
     measured: bool = False
     #: NumPy's BLAS, per datatype (:data:`ORIENTED`): seconds of a thin GEMM writing its
     #: result tall (rows of the long extent) over the same GEMM writing it wide
-    #: (:func:`_orientation`); 1 or absent: no preference.
+    #: (:func:`_orientation`), for a long sum (key ``'f64'``) and for the short sums of
+    #: :data:`ORIENT_SUMS` (key ``'f64@16'``); 1 or absent: no preference.
     orientation: dict[str, float] = field(default_factory=dict)
 
     def gemm_rate(self, library: str, dtype: str, small: bool = False) -> float:
@@ -74,17 +77,36 @@ class Machine:
         table = self.small if small else self.big
         return float(table.get(library, {}).get(dtype, 0.0))
 
-    def tall_over_wide(self, dtype: str) -> float:
+    def tall_over_wide(self, dtype: str, k: int | None = None) -> float:
         """How much longer a thin GEMM in ``dtype`` takes written tall than wide (1: unknown).
+
+        ``k``: the GEMM's sum. The preference changes with it (OpenBLAS on an EPYC, F32, 128
+        rows: tall 0.50x as long as wide at k = 16, 0.76x at 64, 1.04x at 1536; F64 0.77x,
+        1.25x, 1.43x): between the sums measured it is interpolated in log k, beyond them
+        the nearest is taken; without ``k``, or without short sums measured, the long one.
 
         Examples
         --------
-        >>> Machine("example", orientation={"f64": 1.4}).tall_over_wide("f64")
-        1.4
-        >>> Machine("example").tall_over_wide("f32")
-        1.0
+        >>> m = Machine("example", orientation={"f64": 1.4, "f64@16": 0.7, "f64@64": 1.0})
+        >>> m.tall_over_wide("f64"), m.tall_over_wide("f64", 16), m.tall_over_wide("f64", 32)
+        (1.4, 0.7, 0.85)
+        >>> m.tall_over_wide("f64", 8), Machine("example").tall_over_wide("f32", 64)
+        (0.7, 1.0)
         """
-        return float(self.orientation.get(dtype, 1.0))
+        long = float(self.orientation.get(dtype, 1.0))
+        if k is None:
+            return long
+        points = [(float(s), float(self.orientation[f"{dtype}@{s}"])) for s in ORIENT_SUMS
+                  if f"{dtype}@{s}" in self.orientation]
+        if not points:
+            return long
+        points.append((float(ORIENT_LONG), long))
+        x = math.log2(max(k, 1))
+        for (k0, r0), (k1, r1) in itertools.pairwise(points):
+            if x <= math.log2(k1):
+                t = min(max((x - math.log2(k0)) / (math.log2(k1) - math.log2(k0)), 0.0), 1.0)
+                return r0 + t * (r1 - r0)
+        return long
 
 
 #: Libraries whose versions change what is fastest (read from their metadata, not imported).
@@ -250,15 +272,20 @@ def _tile_rates() -> tuple[float, ...]:
 
 #: Extents of the orientation probe: a GEMM of (THIN x LONG) by (LONG x LONG).
 ORIENT_THIN, ORIENT_LONG = 128, 1536
+#: Short sums the orientation is measured at too: (THIN x k) by (k x ORIENT_WIDE).
+ORIENT_SUMS = (16, 64, 256)
+ORIENT_WIDE = 4096
 #: Datatypes whose orientation is measured.
 ORIENTED = ("f32", "f64", "c64", "c128")
+#: Every orientation key: the long sum per datatype, then the short ones.
+ORIENT_KEYS = ORIENTED + tuple(f"{dt}@{k}" for dt in ORIENTED for k in ORIENT_SUMS)
 
 
-def _orientations() -> dict[str, float]:
-    return {dt: _orientation(dt) for dt in ORIENTED}
+def _orientations(keys: Iterable[str] = ORIENT_KEYS) -> dict[str, float]:
+    return {key: _orientation(*key.split("@")) for key in keys}
 
 
-def _orientation(dtype: str = "f64") -> float:
+def _orientation(dtype: str = "f64", k: str | None = None) -> float:
     """Return how much longer NumPy's BLAS takes to write a thin GEMM's result tall than wide.
 
     One GEMM in ``dtype``, C = A B with A of ``ORIENT_THIN x ORIENT_LONG``, run as ``A @ B``
@@ -266,15 +293,17 @@ def _orientation(dtype: str = "f64") -> float:
     transposed, what an einsum's free result layout chooses between). The preference differs
     by datatype: OpenBLAS's Sapphire Rapids kernels took 1.21-1.96x as long tall in F64 on
     thin GEMMs of several shapes, but 0.84-0.94x in F32 (C128: 0.87-1.20); on a Zen 3 EPYC
-    the tall layout was the faster of F64 CCSD terms. About 0.3 s once per machine.
+    the tall layout was the faster of F64 CCSD terms. ``k``: a short sum of
+    :data:`ORIENT_SUMS` instead, by ``ORIENT_WIDE`` columns. About 0.5 s once per machine.
     """
     kind = {"f32": np.float32, "f64": np.float64, "c64": np.complex64,
             "c128": np.complex128}[dtype]
     rng = np.random.default_rng(1)
-    a = rng.standard_normal((ORIENT_THIN, ORIENT_LONG)).astype(kind)
-    b = rng.standard_normal((ORIENT_LONG, ORIENT_LONG)).astype(kind)
-    wide = np.empty((ORIENT_THIN, ORIENT_LONG), kind)
-    tall = np.empty((ORIENT_LONG, ORIENT_THIN), kind)
+    inner, width = (ORIENT_LONG, ORIENT_LONG) if k is None else (int(k), ORIENT_WIDE)
+    a = rng.standard_normal((ORIENT_THIN, inner)).astype(kind)
+    b = rng.standard_normal((inner, width)).astype(kind)
+    wide = np.empty((ORIENT_THIN, width), kind)
+    tall = np.empty((width, ORIENT_THIN), kind)
     times = [_best(partial(np.matmul, a, b, out=wide)),
              _best(partial(np.matmul, b.T, a.T, out=tall))]
     times[0] = min(times[0], _best(partial(np.matmul, a, b, out=wide)))  # either may go first
@@ -313,8 +342,8 @@ def constants() -> Machine:
                 found = data.get("orientation")
                 orientation = ({str(k): float(v) for k, v in found.items()}
                                if isinstance(found, dict) else {})
-                fresh = set(ORIENTED) - set(orientation)
-                orientation.update({dt: _orientation(dt) for dt in sorted(fresh)})
+                fresh = [key for key in ORIENT_KEYS if key not in orientation]
+                orientation.update(_orientations(fresh))
                 _cached = Machine(key, float(data["bandwidth"]), data["big"], data["small"],
                                   measured=True, orientation=orientation)
                 if fresh:  # a file from before these constants: add them

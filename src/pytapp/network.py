@@ -306,14 +306,15 @@ class PathInfo:
         return "\n".join(lines)
 
 
-def _wide_is_faster(m: int, n: int, dtype: Datatype) -> bool | None:
+def _wide_is_faster(m: int, n: int, dtype: Datatype, k: int | None = None) -> bool | None:
     """Whether this machine's BLAS writes an ``m x n`` thin GEMM result in ``dtype`` faster wide.
 
-    ``None``: the result is not thin, or the machine has no clear preference in ``dtype``.
+    ``k``: the GEMM's sum (the preference depends on it). ``None``: the result is not thin,
+    or the machine has no clear preference in ``dtype`` for such a sum.
     """
     if max(m, n) < FLIP_ASPECT * min(m, n):
         return None
-    ratio = machine_constants().tall_over_wide(dtype.short_name)
+    ratio = machine_constants().tall_over_wide(dtype.short_name, k)
     if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
         return None
     return ratio >= ORIENT_MARGIN
@@ -339,7 +340,7 @@ def machine_layout(natural: Network, flipped: Network, dtype: Datatype) -> Netwo
     """
     if natural.final_batched():
         return None
-    wide = _wide_is_faster(*natural.final_extents(), dtype)
+    wide = _wide_is_faster(*natural.final_extents(), dtype, natural.final_sum())
     if wide is None:
         return None
     return natural if natural.writes_wide() == wide else flipped
@@ -433,6 +434,22 @@ class Network:
         return (math.prod(self.sizes[ch] for ch in own_a),
                 math.prod(self.sizes[ch] for ch in own_b))
 
+    def final_sum(self) -> int:
+        """Return the extent the last step sums (the product of its summed labels' extents).
+
+        Examples
+        --------
+        >>> from pytapp.analysis.subscripts import parse_subscripts
+        >>> Network(parse_subscripts("bik,bkj->bij", [3, 3]),
+        ...         [(2, 4, 5), (2, 5, 6)]).final_sum()
+        5
+        """
+        if not self.steps or self.steps[-1].b is None:
+            return 1
+        last = self.steps[-1]
+        summed = (set(last.a_labels) & set(last.b_labels)) - set(last.out_labels)
+        return math.prod(self.sizes[ch] for ch in summed)
+
     def writes_wide(self) -> bool:
         """Whether the last GEMM's result has more columns than rows (row-major, as written)."""
         m, n = self.final_extents()
@@ -457,7 +474,7 @@ class Network:
             return False
         if self.final_batched():  # the probe measured a plain GEMM (batched ones differ)
             return False
-        wide = _wide_is_faster(*self.final_extents(), self.layout_dtype)
+        wide = _wide_is_faster(*self.final_extents(), self.layout_dtype, self.final_sum())
         return wide is not None and wide != self.writes_wide()
 
     def _final_gemm_orients(self) -> bool:
@@ -486,7 +503,8 @@ class Network:
             return False
         last = self.steps[-1]
         if (self.layout_dtype is not None and not self.final_batched()
-                and _wide_is_faster(*self.final_extents(), self.layout_dtype) is not None):
+                and _wide_is_faster(*self.final_extents(), self.layout_dtype,
+                                    self.final_sum()) is not None):
             return False  # the orientation this machine measured decides
         other = self._natural(last.b_labels, last.a_labels, set(last.out_labels))
         return gemm_transposes(last.a_labels, last.b_labels, other) < gemm_transposes(

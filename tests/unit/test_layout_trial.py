@@ -328,3 +328,24 @@ def test_batched_thin_last_gemm_keeps_its_natural_orientation(
     net = network.Network(eq, [(3, 64, 8), (3, 4, 8)], free_layout=True,
                           layout_dtype=pytapp.Datatype.F64)
     assert net.final_batched() and not net.flip_final
+
+
+@pytest.mark.parametrize(("k", "out_labels"), [
+    (4, "jabi"),     # short sum: tall measured faster, A's free labels (jab: 360) first
+    (2000, "ijab"),  # long sum: wide measured faster, B's free label (i: 12) first
+])
+def test_the_orientation_follows_the_length_of_the_sum(
+        k: int, out_labels: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preference measured for the last GEMM's sum decides: a short sum here prefers the
+    tall result, a long one the wide."""
+    from pytapp.analysis.subscripts import parse_subscripts
+    from pytapp.machine import Machine
+
+    monkeypatch.setattr(network, "machine_constants", lambda: Machine(
+        "test", orientation={"f64": 1.5, "f64@16": 0.5, "f64@64": 0.6, "f64@256": 1.5}))
+    monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1 << 40)  # no trial: the machine decides
+    eq, shapes = "kjab,ki->ijab", [(k, 3, 10, 12), (k, 12)]
+    net = network.Network(parse_subscripts(eq, [4, 2]), shapes, free_layout=True,
+                          layout_dtype=pytapp.Datatype.F64)
+    assert net.final_sum() == k
+    assert net.steps[-1].out_labels == out_labels

@@ -24,7 +24,9 @@ def test_measured_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(machine, "_measure", lambda key: pytest.fail("measured twice"))
     again = machine.constants()  # read back from the file, not measured
     assert again.big == first.big and again.bandwidth == first.bandwidth
-    assert set(first.orientation) == set(machine.ORIENTED)  # a thin GEMM's, per datatype
+    # a thin GEMM's, per datatype, for a long sum and short ones
+    assert set(first.orientation) == set(machine.ORIENT_KEYS)
+    assert {key.split("@")[0] for key in first.orientation} == set(machine.ORIENTED)
     assert again.orientation == first.orientation
     assert all(v > 0 for v in first.orientation.values())
 
@@ -41,15 +43,46 @@ def test_a_file_without_orientations_gets_them_measured_once(
     path.write_text(json.dumps({"key": machine.fingerprint(), "bandwidth": 5e9, "big": rates,
                                 "small": rates, "tall_over_wide": 1.3}))
     probed: list[str] = []
-    monkeypatch.setattr(machine, "_orientation", lambda dt: probed.append(dt) or 1.25)
+
+    def probe(dt: str, k: str | None = None) -> float:
+        probed.append(dt if k is None else f"{dt}@{k}")
+        return 1.25 if k is None else 0.5
+
+    monkeypatch.setattr(machine, "_orientation", probe)
     monkeypatch.setattr(machine, "_measure", lambda key: pytest.fail("measured again"))
     got = machine.constants()
     assert got.bandwidth == 5e9 and got.big == rates
-    assert sorted(probed) == sorted(machine.ORIENTED)
+    assert sorted(probed) == sorted(machine.ORIENT_KEYS)
     assert got.tall_over_wide("f32") == 1.25 and got.tall_over_wide("bf16") == 1.0
-    assert json.loads(path.read_text())["orientation"] == dict.fromkeys(machine.ORIENTED, 1.25)
+    assert got.tall_over_wide("f32", 16) == 0.5 and got.tall_over_wide("f32", 10**6) == 1.25
+    want = {key: 0.5 if "@" in key else 1.25 for key in machine.ORIENT_KEYS}
+    assert json.loads(path.read_text())["orientation"] == want
     monkeypatch.setattr(machine, "_cached", None)
-    assert machine.constants().orientation == got.orientation and len(probed) == 4
+    assert machine.constants().orientation == got.orientation
+    assert len(probed) == len(machine.ORIENT_KEYS)
+
+
+def test_a_file_with_long_sums_only_gets_the_short_ones_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "machine.json"
+    monkeypatch.setenv("PYTAPP_MACHINE_FILE", str(path))
+    monkeypatch.delenv("PYTAPP_MACHINE", raising=False)
+    monkeypatch.setattr(machine, "_cached", None)
+    rates = {"numpy": {"f64": 1e10}}
+    long = dict.fromkeys(machine.ORIENTED, 1.4)
+    path.write_text(json.dumps({"key": machine.fingerprint(), "bandwidth": 5e9, "big": rates,
+                                "small": rates, "orientation": long}))
+    probed: list[tuple[str, str | None]] = []
+
+    def probe(dt: str, k: str | None = None) -> float:
+        probed.append((dt, k))
+        return 0.7
+
+    monkeypatch.setattr(machine, "_orientation", probe)
+    got = machine.constants()
+    assert all(k is not None for _, k in probed)
+    assert len(probed) == len(machine.ORIENT_KEYS) - len(machine.ORIENTED)
+    assert got.tall_over_wide("f64") == 1.4 and got.tall_over_wide("f64", 16) == 0.7
 
 
 def test_defaults_and_unknown_rates(monkeypatch: pytest.MonkeyPatch) -> None:
