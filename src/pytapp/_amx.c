@@ -86,6 +86,17 @@ static int64_t block_columns(const AmxGemm *g) {
     return min64(nc, up32(g->n));
 }
 
+/* Packing a number costs about this many multiply-adds: the packers move 16-32 numbers a
+ * cycle, the tiles multiply-add 256-512 pairs, AVX512-BF16 vectors 32-64. */
+enum { PACK_WEIGHT_TILES = 16, PACK_WEIGHT_VECTORS = 2 };
+
+double amx_part_cost(const AmxGemm *g, int64_t rows, int64_t cols) {
+    const int64_t nc = block_columns(g);
+    const double packed = (double)rows * (double)((cols + nc - 1) / nc) + (double)cols;
+    return (double)rows * (double)cols +
+           (amx_ready() ? PACK_WEIGHT_TILES : PACK_WEIGHT_VECTORS) * packed;
+}
+
 size_t amx_buffer_bytes(const AmxGemm *g) {
     const int64_t nc = block_columns(g), mc = min64(MC, up32(g->m));
     const int64_t kc = min64(KC, up32(tile_k(g)));
@@ -736,6 +747,11 @@ int amx_vectors_ready(void) { return 0; }
 int amx_cap(int on) {
     (void)on;
     return 0;
+}
+
+double amx_part_cost(const AmxGemm *g, int64_t rows, int64_t cols) {
+    (void)g;
+    return (double)rows * (double)cols;
 }
 
 size_t amx_buffer_bytes(const AmxGemm *g) {

@@ -47,6 +47,12 @@ typedef struct {
     int half;
 } AmxGemm;
 
+/* What one part of rows x cols of D costs, in multiply-adds per step of the sum: its
+ * multiply-adds plus the packing of its rows of A (again for each block of columns) and of its
+ * columns of B, weighted by what packing a number costs against a multiply-add (on the tiles
+ * or on vectors). Workers that share a GEMM out compare ways to cut D with it. */
+double amx_part_cost(const AmxGemm *g, int64_t rows, int64_t cols);
+
 /* Bytes of buffer amx_gemm_part needs. */
 size_t amx_buffer_bytes(const AmxGemm *g);
 

@@ -2595,25 +2595,76 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
 /* Most bytes of packed operands and sums one worker of amx_gemm allocates. */
 #define AMX_BUFFER_MAX ((size_t)256 << 20)
 
+/* Each batch element's D is cut into a grid of gr x gc blocks of mb x nb (multiples of 32);
+ * the units of work, batch element by batch element and block by block, are shared out in
+ * runs of consecutive units. */
 typedef struct {
     AmxGemm g;
-    npy_intp h0, h1;           /* this worker's batch elements */
+    npy_intp u0, u1;           /* this worker's units */
     npy_intp sa, sb, sc, sd;   /* batch strides in bytes */
-    int64_t m0, m1, n0, n1;    /* its part of each batch element's D */
+    int64_t gr, gc, mb, nb;    /* the grid over each batch element's D */
     void *buf;
     int bad;
 } AmxJob;
 
 static void amx_task(void *arg) {
     AmxJob *j = (AmxJob *)arg;
-    for (npy_intp b = j->h0; b < j->h1 && !j->bad; ++b) {
+    const npy_intp blocks = (npy_intp)(j->gr * j->gc);
+    for (npy_intp u = j->u0; u < j->u1 && !j->bad; ++u) {
+        const npy_intp b = u / blocks, r = u % blocks;
+        const int64_t m0 = r / j->gc * j->mb, n0 = r % j->gc * j->nb;
+        const int64_t m1 = m0 + j->mb < j->g.m ? m0 + j->mb : j->g.m;
+        const int64_t n1 = n0 + j->nb < j->g.n ? n0 + j->nb : j->g.n;
         AmxGemm g = j->g;
         g.A += b * j->sa;
         g.B += b * j->sb;
         g.D += b * j->sd;
         if (g.C) g.C += b * j->sc;
-        j->bad = amx_gemm_part(&g, j->m0, j->m1, j->n0, j->n1, j->buf);
+        j->bad = amx_gemm_part(&g, m0, m1, n0, n1, j->buf);
     }
+}
+
+/* Below this many batch elements per worker, each element's D is cut into blocks too. */
+#define AMX_BATCH_SHARE 2
+/* Another grid replaces the cut along D's longer side only where amx_part_cost predicts it
+ * this much faster (the model is rough: on two cores the two cuts of mlp_bf16 ran within 1% of
+ * each other). */
+#define AMX_GRID_GAIN 1.05
+
+/* The cost of the busiest of `threads` workers sharing h batch elements cut into gr x gc
+ * blocks (fewer where blocks of whole multiples of 32 cover D); sets the grid in `out`. */
+static double amx_grid_cost(AmxJob *out, npy_intp h, int threads, int64_t gr, int64_t gc) {
+    const AmxGemm *g = &out->g;
+    const int64_t um = (g->m + 31) / 32, un = (g->n + 31) / 32;
+    const int64_t mb = (um + gr - 1) / gr * 32, nb = (un + gc - 1) / gc * 32;
+    out->gr = (g->m + mb - 1) / mb, out->gc = (g->n + nb - 1) / nb, out->mb = mb, out->nb = nb;
+    const double units = (double)h * (double)(out->gr * out->gc);
+    const double rounds = ceil(units / (units < threads ? units : (double)threads));
+    return rounds * amx_part_cost(g, mb < g->m ? mb : g->m, nb < g->n ? nb : g->n);
+}
+
+/* The grid over each of h batch elements' D for `threads` workers: whole batch elements where
+ * each worker gets at least AMX_BATCH_SHARE; else D cut along its longer side into as many
+ * blocks as workers per element, unless another cut (rows by columns) costs its busiest
+ * worker AMX_GRID_GAIN times less (amx_part_cost: each block packs its own rows of A and
+ * columns of B, so square blocks pack the least). Sets gr, gc, mb and nb. */
+static void amx_grid(AmxJob *job, npy_intp h, int threads) {
+    const AmxGemm *g = &job->g;
+    const int64_t um = (g->m + 31) / 32, un = (g->n + 31) / 32;
+    const int64_t want = threads < 2 || h >= (npy_intp)threads * AMX_BATCH_SHARE
+                             ? 1 : ((int64_t)threads + h - 1) / h; /* blocks per element */
+    AmxJob best = *job;
+    double least = amx_grid_cost(&best, h, threads, g->n > g->m ? 1 : want,
+                                 g->n > g->m ? want : 1);
+    const double line = least;
+    for (int64_t gr = 1; gr <= um && gr <= want && want > 1; ++gr) {
+        const int64_t gc = (want + gr - 1) / gr;
+        if (gc > un) continue;
+        AmxJob trial = *job;
+        const double cost = amx_grid_cost(&trial, h, threads, gr, gc);
+        if (cost * AMX_GRID_GAIN < line && cost < least) least = cost, best = trial;
+    }
+    job->gr = best.gr, job->gc = best.gc, job->mb = best.mb, job->nb = best.nb;
 }
 
 /* The AMX type of an array of BF16 numbers (given as uint16) or F32 ones; AMX_NONE otherwise. */
@@ -2683,14 +2734,13 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
         g->crs = t.ccs, g->ccs = t.crs;
         job.sa = job.sb, job.sb = sa;
     }
-    const npy_intp gm = g->m, gn = g->n;
-    job.h0 = 0, job.h1 = h, job.m0 = 0, job.m1 = gm, job.n0 = 0, job.n1 = gn;
-    /* the workers: batch elements where there are enough, else rows or columns (the longer)
-     * in multiples of 32, so that each packs the smaller operand again, not the larger */
+    /* the workers: batch elements where there are enough, else blocks of each element's D
+     * (amx_grid) */
     const double madds = (double)h * (double)m * (double)n * (double)k;
-    const int split = h > 1 ? 0 : gn > gm ? 2 : 1;
-    const npy_intp units = split == 0 ? h : ((split == 2 ? gn : gm) + 31) / 32;
-    const int workers = pool_workers(units, madds >= AMX_SPLIT_MIN);
+    const int threads = pool_workers(MAX_WORKERS, madds >= AMX_SPLIT_MIN);
+    amx_grid(&job, h, threads);
+    const npy_intp units = h * (npy_intp)(job.gr * job.gc);
+    const int workers = units < threads ? (int)units : threads;
     const size_t bytes = amx_buffer_bytes(g);
     /* B is packed for the whole of k: a sum so long that this outgrows AMX_BUFFER_MAX per
      * worker is left to the F32 route, as is one whose buffers memory cannot hold */
@@ -2699,10 +2749,7 @@ static PyObject *amx_gemm(PyObject *self, PyObject *args) {
     int ready = 1;
     for (int w = 0; w < workers; ++w) {
         jobs[w] = job;
-        const npy_intp u0 = units * w / workers, u1 = units * (w + 1) / workers;
-        if (split == 0) jobs[w].h0 = u0, jobs[w].h1 = u1;
-        else if (split == 1) jobs[w].m0 = u0 * 32, jobs[w].m1 = u1 * 32 < gm ? u1 * 32 : gm;
-        else jobs[w].n0 = u0 * 32, jobs[w].n1 = u1 * 32 < gn ? u1 * 32 : gn;
+        jobs[w].u0 = units * w / workers, jobs[w].u1 = units * (w + 1) / workers;
         jobs[w].buf = scratch((npy_intp)bytes);
         ready = ready && jobs[w].buf;
     }

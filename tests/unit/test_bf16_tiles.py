@@ -255,3 +255,35 @@ def test_threads_share_one_plan(tiles: bool, in_threads: Callable[..., None]) ->
         in_threads(work)
     for b, d in zip(bs, ds, strict=True):
         np.testing.assert_array_equal(d, _want("ik,jk->ij", a, b, None, 1.0, 0.0, BF16))
+
+
+#: Products shared out over many workers: whole batch elements, blocks of rows, of columns,
+#: or a grid of both (each worker packs its block's rows of A and columns of B), GEMVs.
+SHARED: dict[str, tuple[str, dict[str, int]]] = {
+    "square": ("ik,kj->ij", {"i": 300, "k": 64, "j": 290}),
+    "tall": ("ik,kj->ij", {"i": 1100, "k": 40, "j": 70}),
+    "wide": ("ik,kj->ij", {"i": 40, "k": 600, "j": 1000}),
+    "few_batches": ("bik,bkj->bij", {"b": 3, "i": 130, "k": 40, "j": 200}),
+    "batches": ("bik,bjk->bij", {"b": 40, "i": 33, "k": 64, "j": 50}),
+    "matvec": ("nk,k->n", {"n": 5000, "k": 300}),
+}
+
+
+@pytest.mark.parametrize("threads", [3, 6, 16])
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_products_shared_over_many_workers(name: str, threads: int, tiles: bool) -> None:
+    """Products large enough to share out, on 3, 6 and 16 of the BLAS's threads (more than
+    this machine may have cores): every cut of D gives the exact numbers."""
+    from threadpoolctl import threadpool_limits
+
+    eq, ext = SHARED[name]
+    la, rest = eq.split(",")
+    lb, ld = rest.split("->")
+    rng = np.random.default_rng(threads)
+    a, b = _data(rng, _shape(la, ext), BF16), _data(rng, _shape(lb, ext), BF16)
+    c = _data(rng, _shape(ld, ext), np.float32)
+    with threadpool_limits(threads, user_api="blas"):
+        d = np.full(_shape(ld, ext), np.nan, np.float32)
+        status = _run(eq, a, b, c, d, 2.0, -1.0)
+    assert tiles is ("BF16 products" in status.algorithm), status.algorithm
+    np.testing.assert_array_equal(d, _want(eq, a, b, c, 2.0, -1.0, np.float32))
