@@ -102,3 +102,15 @@ def test_fingerprint_names_the_executor_build() -> None:
     with open(str(cexec.__file__), "rb") as fh:
         want = hashlib.sha1(fh.read()).hexdigest()[:12]
     assert machine.fingerprint().endswith(f"|executor={want}")
+
+
+def test_the_tile_probe_binds_the_blas_pool_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """blas's BF16 rate is measured as the kernel runs: shared over the BLAS's pool, which
+    the compiled executor's module binds before the probe (unbound, it ran on one thread)."""
+    from pytapp.kernels import program
+
+    assert program.blas_available in machine._BEFORE_TILES
+    calls: list[int] = []
+    monkeypatch.setattr(machine, "_BEFORE_TILES", [lambda: calls.append(1)])
+    rates = machine._tile_rates()
+    assert bool(calls) == bool(rates)  # a CPU without the kernels measures nothing

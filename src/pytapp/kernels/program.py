@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from pytapp import machine
 from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.errors import ErrorCode, error_for
@@ -430,6 +431,10 @@ def blas_available() -> bool:
             if _blas_state is None:
                 _blas_state = _register_blas()
     return _blas_state
+
+
+# the tiles' rate is measured with the kernel shared over the BLAS's pool, as it runs
+machine.before_tile_probe(blas_available)
 
 
 def compile_lowered(prog: Lowered, status: Any) -> Any:
