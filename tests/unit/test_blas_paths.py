@@ -508,3 +508,48 @@ def test_a_full_contraction_of_operands_in_different_orders_packs_one(dtype: typ
     wide = np.complex128 if np.iscomplexobj(a) else np.float64
     np.testing.assert_array_equal(d, np.einsum("dabc,cabd->", a.astype(wide), b.astype(wide)))
     assert status.bytes_copied == b.nbytes, status
+
+
+@pytest.mark.parametrize("split", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize(("expr", "sizes"), [
+    ("iqmoc,oti->iqctm", {"i": 5, "q": 3, "m": 8, "o": 4, "c": 5, "t": 7}),  # D^T = B^T A^T
+    ("bik,bkj->ijb", {"b": 7, "i": 12, "k": 5, "j": 9}),  # the batch label last in D
+])
+def test_batches_stored_in_groups_while_in_cache(
+        expr: str, sizes: dict[str, int], dtype: type, split: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batched GEMM whose temporary outgrows BLOCK_BYTES (made small here) runs in groups of
+    batch elements, each stored into its slice of D with alpha, beta and C (split across
+    threads or not): exact on integer data, with C apart from D and C = D."""
+    monkeypatch.setenv("PYTAPP_COMPILED", "0")
+    pytapp.clear_plan_cache()
+    monkeypatch.setattr(blas, "split_batch", lambda per_gemm, count: split)
+    la, lb = expr.split("->")[0].split(",")
+    ld = expr.split("->")[1]
+    # one batch element's temporary: D's extents but the batch label's (A's first)
+    per = np.dtype(dtype).itemsize * int(np.prod([sizes[x] for x in ld if x != la[0]]))
+    monkeypatch.setattr(blas, "BLOCK_BYTES", per * 2)  # two batch elements per group
+    rng = np.random.default_rng(40)
+    a, b, c = (_ints(rng, labels, sizes, dtype) for labels in (la, lb, ld))
+    wide = np.complex128 if np.iscomplexobj(a) else np.float64
+    want = 3 * np.einsum(expr, a.astype(wide), b.astype(wide)) - 2 * c.astype(wide)
+    info = pytapp.TensorInfo.from_array
+    calls: list[int] = []
+    real = blas.BlasPlan._store
+
+    def counted(self: blas.BlasPlan, *args: object) -> None:
+        calls.append(1)
+        real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(blas.BlasPlan, "_store", counted)
+    with pytapp.Handle("blas") as h:
+        for c_is_d in (False, True):
+            d = c.copy() if c_is_d else np.full_like(c, np.nan)
+            plan = pytapp.TensorProduct(h, info(a), la, info(b), lb, info(c), ld, info(d), ld)
+            assert "batched gemm" in plan.algorithm, plan.algorithm
+            assert ("batch split" in plan.algorithm) is split
+            calls.clear()
+            plan.execute(3.0, a, b, -2.0, d if c_is_d else c, d)
+            assert len(calls) == -(-sizes[la[0]] // 2)  # one store per group of two
+            np.testing.assert_array_equal(d, want)

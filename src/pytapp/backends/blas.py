@@ -851,6 +851,9 @@ class BlasPlan(Stateless):
         if out is None and self.block is not None:
             self._gemm_blocked(left, right, bound, threads)
             return None, Written.DONE, ca + cb
+        # A batch whose temporary outgrows the cache: groups of GEMMs stored while in cache.
+        if out is None and h and self._gemm_batch_blocked(left, right, shape, bound, threads):
+            return None, Written.DONE, ca + cb
         if self.split_batches:
             direct = out is not None
             if out is None:
@@ -929,6 +932,36 @@ class BlasPlan(Stateless):
             idx = np.unravel_index(j, loop_shape)
             t = np.matmul(left[j * rows:(j + 1) * rows], right).reshape(block_shape)
             self._store(t, d_t[idx], None if c_t is None else c_t[idx], bound, threads)
+
+    def _gemm_batch_blocked(self, left: np.ndarray, right: np.ndarray, shape: tuple[int, ...],
+                            bound: BoundProduct, threads: int | None) -> bool:
+        """Run a batch in groups of GEMMs, each stored into its slice of D while in cache.
+
+        Each group's temporary fits BLOCK_BYTES and is stored with the epilogue before the
+        next group runs. False (nothing run) where the whole temporary fits, or not even one
+        GEMM's does. The batch's first label is cut: ``iqmoc,oti->iqctm`` (12 GEMMs of
+        25200x31x16, F64, a 75 MB temporary) took 30.4 ms whole (GEMMs 10.2, store 15.5) and
+        21.9 ms in groups of two on a 2-core EPYC (pytblis: 21.5).
+        """
+        item = np.dtype(self.compute).itemsize
+        per = prod(shape[1:]) * item
+        if per * shape[0] <= BLOCK_BYTES or per > BLOCK_BYTES:
+            return False
+        multiply = parallel_matmul if self.split_batches else _matmul
+        group = max(1, BLOCK_BYTES // per)
+        d_t = bound.d.transpose(self.d_perm)
+        c_t = None if bound.c is None else bound.c.transpose(self.d_perm)
+        temp = scratch.empty((min(group, shape[0]), *shape[1:]), self.compute)
+
+        def cut(x: np.ndarray, s: slice) -> np.ndarray:
+            return x if x.ndim < len(shape) or x.shape[0] == 1 else x[s]
+
+        for start in range(0, shape[0], group):
+            part = slice(start, min(start + group, shape[0]))
+            t = temp[:part.stop - part.start]
+            multiply(cut(left, part), cut(right, part), t, threads)
+            self._store(t, d_t[part], None if c_t is None else c_t[part], bound, threads)
+        return True
 
     def _elementwise(
         self, a: np.ndarray, b: np.ndarray, bound: BoundProduct, threads: int | None
@@ -1274,6 +1307,11 @@ def _dots(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> Any:
     if np.iscomplexobj(x) or np.iscomplexobj(y):
         return np.einsum("...k,...k->...", x, y, out=out)  # vecdot would conjugate x
     return np.vecdot(x, y, out=out)
+
+
+def _matmul(left: np.ndarray, right: np.ndarray, out: np.ndarray, threads: int | None) -> None:
+    """``np.matmul`` into ``out`` (the BLAS's threads share each GEMM)."""
+    np.matmul(left, right, out=out)
 
 
 def _blocked_dot(x: np.ndarray, y: np.ndarray) -> Any:
