@@ -928,9 +928,11 @@ class BlasPlan(Stateless):
         loop_shape = d_t.shape[:lead]
         rows = left.shape[0] // count
         block_shape = d_t.shape[lead:]
+        temp = scratch.empty((rows, right.shape[1]), self.compute)
+        t = temp.reshape(block_shape)
         for j in range(count):
             idx = np.unravel_index(j, loop_shape)
-            t = np.matmul(left[j * rows:(j + 1) * rows], right).reshape(block_shape)
+            np.matmul(left[j * rows:(j + 1) * rows], right, out=temp)
             self._store(t, d_t[idx], None if c_t is None else c_t[idx], bound, threads)
 
     def _gemm_batch_blocked(self, left: np.ndarray, right: np.ndarray, shape: tuple[int, ...],
