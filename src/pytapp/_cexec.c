@@ -135,6 +135,11 @@ typedef struct {
     npy_intp tst[MAXL];
     npy_intp bytes_a, bytes_b, bytes_t;
     int d_direct; /* D lies as T would: without C the GEMMs write D, no T */
+    /* A thin GEMM's thick operand (0: A, 1: B; -1: none) packed `block` indices of its nest's
+     * label `block_axis` at a time (`block_unit` rows or columns of T per index), each block
+     * multiplied while in cache (run_ttgt_blocked). */
+    int blocked, block_axis;
+    npy_intp block, block_unit;
     /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
      * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
      * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
@@ -1095,13 +1100,18 @@ static void run_pack_split(const Program *p, const Nest *n, const char *src, cha
 static void run_store_split(const Program *p, cval al, cval be, const char *T, const char *C,
                             char *D);
 
+static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char *B,
+                            const char *pa, const char *pb, char *out);
+
 static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
                     const char *C, char *D, int *direct) {
     const int into_d = p->d_direct && !C;
-    char *pa = p->bytes_a ? scratch(p->bytes_a) : NULL;
-    char *pb = p->bytes_b ? scratch(p->bytes_b) : NULL;
+    /* a blocked thick operand is packed block by block, never whole */
+    char *pa = p->bytes_a && p->blocked != 0 ? scratch(p->bytes_a) : NULL;
+    char *pb = p->bytes_b && p->blocked != 1 ? scratch(p->bytes_b) : NULL;
     char *t = into_d ? NULL : scratch(p->bytes_t);
-    if ((p->bytes_a && !pa) || (p->bytes_b && !pb) || (!into_d && !t)) {
+    if ((p->bytes_a && p->blocked != 0 && !pa) || (p->bytes_b && p->blocked != 1 && !pb)
+        || (!into_d && !t)) {
         free(pa);
         free(pb);
         free(t);
@@ -1110,6 +1120,15 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
     if (pa) run_pack_split(p, &p->pack_a, A, pa, p->conj[0], p->bytes_a);
     if (pb) run_pack_split(p, &p->pack_b, B, pb, p->conj[1], p->bytes_b);
     cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    if (p->blocked >= 0) {
+        int failed = run_ttgt_blocked(p, into_d ? al : one, A, B, pa, pb, into_d ? D : t);
+        if (!failed && into_d && direct) *direct = 1;
+        if (!failed && !into_d) run_store_split(p, al, be, t, C, D);
+        free(pa);
+        free(pb);
+        free(t);
+        return failed;
+    }
     if (into_d) {
         run_gemm(p, al, zero, pa ? pa : A, pb ? pb : B, D);
         if (direct) *direct = 1;
@@ -1370,7 +1389,9 @@ static PyObject *Program_call(PyObject *self_obj, PyObject *const *args, size_t 
         return NULL;
     }
     if (direct) { /* no temporary was made: only the packed operands were allocated */
-        PyObject *made = PyLong_FromSsize_t((Py_ssize_t)(p->bytes_a + p->bytes_b));
+        PyObject *tmpl = PyDict_GetItemString(dict, "bytes_allocated");
+        const Py_ssize_t all = tmpl && PyLong_Check(tmpl) ? PyLong_AsSsize_t(tmpl) : 0;
+        PyObject *made = PyLong_FromSsize_t(all > p->bytes_t ? all - (Py_ssize_t)p->bytes_t : 0);
         if (!made || PyDict_SetItemString(dict, "bytes_allocated", made) < 0) {
             Py_XDECREF(made);
             Py_DECREF(dict);
@@ -1539,14 +1560,21 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (p->ext[l] == 0) p->empty_d = 1;
     if (kind == K_TTGT) {
         PyObject *na, *nbk, *tst;
-        long long ba, bb, bt;
-        if (!PyArg_ParseTuple(ttgt, "OOOLLLi", &na, &nbk, &tst, &ba, &bb, &bt, &p->d_direct) ||
+        long long ba, bb, bt, blk, unit;
+        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLi", &na, &nbk, &tst, &ba, &bb, &bt, &p->d_direct,
+                              &p->blocked, &blk, &unit, &p->block_axis) ||
             read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
             read_intps(tst, p->tst, MAXL, &n, "T strides"))
             goto fail;
         p->bytes_a = ba;
         p->bytes_b = bb;
         p->bytes_t = bt;
+        p->block = blk;
+        p->block_unit = unit;
+        if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1))) {
+            PyErr_SetString(PyExc_ValueError, "TTGT: malformed blocks");
+            goto fail;
+        }
     }
     if (kind == K_STREAM && read_stream(stream, p)) goto fail;
     if (kind != K_LOOP && kind != K_STREAM) {
@@ -1566,6 +1594,17 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->lda = lda;
         p->ldb = ldb;
         p->ldd = ldd;
+        if (kind == K_TTGT && p->blocked >= 0) { /* each block: whole rows (columns) of T */
+            const Nest *tn = p->blocked ? &p->pack_b : &p->pack_a;
+            const int thick_left = (p->blocked == 1) == (p->swap != 0);
+            const int ax = p->block_axis;
+            if (p->nb || ax < 0 || ax >= tn->nout
+                || tn->ext[ax] * p->block_unit != (thick_left ? m : nn)
+                || (thick_left ? p->ta : p->tb) == CONJ_TRANS) {
+                PyErr_SetString(PyExc_ValueError, "TTGT: blocks that are not rows of T");
+                goto fail;
+            }
+        }
         if (p->nsum < 0 || p->nsum > p->nb || (p->nsum && (kind != K_GEMM || p->ta == CONJ_TRANS
                                                          || p->tb == CONJ_TRANS))) {
             PyErr_SetString(PyExc_ValueError, "summed labels: a GEMM step on unconjugated views");
@@ -2439,9 +2478,11 @@ static int blas_matrix(npy_intp rs, npy_intp cs, npy_intp rows, npy_intp cols, n
 
 typedef struct {
     Nest nest;
-    int dt, col_major, t_oth;
+    int dt, col_major, t_oth, conj;
+    int axis, buf_t; /* src's axis cut into blocks; buf_t: each block packed [k][rows] */
     npy_intp first, block, unit, k, n, item, dr;
     int64_t ldd, ldo;
+    cval al; /* the GEMMs' alpha */
     const char *x, *o;
     char *out, *buf;
     npy_intp start, stop; /* this worker's indices of src's first axis */
@@ -2453,26 +2494,112 @@ static void packed_task(void *arg) { packed_work(arg); }
 
 static void *packed_work(void *arg) {
     PackedJob *j = (PackedJob *)arg;
-    const cval one = {1.0, 0.0}, zero = {0.0, 0.0};
+    const cval zero = {0.0, 0.0};
     for (npy_intp i0 = j->start; i0 < j->stop; i0 += j->block) {
         const npy_intp cnt = i0 + j->block <= j->stop ? j->block : j->stop - i0;
         const npy_intp r = cnt * j->unit;
-        const char *x = j->x + i0 * j->nest.st[0][0];
-        j->nest.ext[0] = cnt;
+        const char *x = j->x + i0 * j->nest.st[0][j->axis];
+        j->nest.ext[j->axis] = cnt;
         switch (j->dt) {
-            case DT_F32: pack_f32(&j->nest, x, j->buf, 0); break;
-            case DT_F64: pack_f64(&j->nest, x, j->buf, 0); break;
-            case DT_C64: pack_c64(&j->nest, x, j->buf, 0); break;
-            default: pack_c128(&j->nest, x, j->buf, 0); break;
+            case DT_F32: pack_f32(&j->nest, x, j->buf, j->conj); break;
+            case DT_F64: pack_f64(&j->nest, x, j->buf, j->conj); break;
+            case DT_C64: pack_c64(&j->nest, x, j->buf, j->conj); break;
+            default: pack_c128(&j->nest, x, j->buf, j->conj); break;
         }
+        const int64_t ldb = j->buf_t ? r : j->k;
         if (j->col_major)
-            gemm_raw(j->dt, j->t_oth, TRANS, j->n, r, j->k, one, j->o, j->ldo, j->buf, j->k,
-                     zero, j->out + i0 * j->unit * j->item, j->ldd);
+            gemm_raw(j->dt, j->t_oth, j->buf_t ? NO_TRANS : TRANS, j->n, r, j->k, j->al, j->o,
+                     j->ldo, j->buf, ldb, zero, j->out + i0 * j->unit * j->item, j->ldd);
         else
-            gemm_raw(j->dt, NO_TRANS, j->t_oth, r, j->n, j->k, one, j->buf, j->k, j->o, j->ldo,
-                     zero, j->out + i0 * j->unit * j->dr, j->ldd);
+            gemm_raw(j->dt, j->buf_t ? TRANS : NO_TRANS, j->t_oth, r, j->n, j->k, j->al, j->buf,
+                     ldb, j->o, j->ldo, zero, j->out + i0 * j->unit * j->dr, j->ldd);
     }
     return NULL;
+}
+
+/* Run `job` (all but its buffer and share) in blocks of its first axis shared out over
+ * `threads` workers, each with a one-thread BLAS, on the BLAS's own pool where it has one (no
+ * more workers than its threads); else one worker and the BLAS's threads. Called without the
+ * GIL; 1 when memory for the blocks ran out (nothing written). */
+static int packed_run(const PackedJob *job, int threads) {
+    const npy_intp first = job->first, block = job->block;
+    const npy_intp blocks = (first + block - 1) / block;
+    const npy_intp bytes = block * job->unit * job->k * job->item;
+    int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
+    if (workers > blocks) workers = (int)blocks;
+    PackedJob jobs[MAX_WORKERS];
+    int ready = 1;
+    for (int w = 0; w < workers; ++w) {
+        jobs[w] = *job;
+        jobs[w].start = blocks * w / workers * block;
+        jobs[w].stop = w + 1 < workers ? blocks * (w + 1) / workers * block : first;
+        jobs[w].buf = scratch(bytes);
+        ready = ready && jobs[w].buf;
+    }
+    if (!ready) {
+        for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+        return 1;
+    }
+    const int outside = workers > 1 ? blas_single_enter() : 0;
+    if (outside > 1 && g_pool_run && !g_in_pool) {
+        const int n = workers < outside ? workers : outside;
+        jobs[n - 1].stop = first; /* the last one takes the shares of workers not run */
+        g_pool_run(n, (void *)packed_task, jobs, (int)sizeof(PackedJob));
+    } else if (outside > 1 && !g_in_pool) {
+        pthread_t tid[MAX_WORKERS];
+        int started[MAX_WORKERS] = {0};
+        for (int w = 1; w < workers; ++w)
+            started[w] = pthread_create(&tid[w], NULL, packed_work, &jobs[w]) == 0;
+        packed_work(&jobs[0]);
+        for (int w = 1; w < workers; ++w) {
+            if (started[w]) pthread_join(tid[w], NULL);
+            else packed_work(&jobs[w]); /* no thread to be had: this one does it */
+        }
+    } else {
+        jobs[0].stop = first;
+        packed_work(&jobs[0]);
+    }
+    if (outside) blas_single_leave();
+    for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+    return 0;
+}
+
+/* TTGT's GEMM with its thick operand packed in blocks (Program.blocked): T (or D, `out`) =
+ * alpha op(left) op(right), the other operand packed already (pa/pb, or read in place). */
+static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char *B,
+                            const char *pa, const char *pb, char *out) {
+    const int thick_b = p->blocked == 1;
+    const int thick_left = thick_b == (p->swap != 0); /* the GEMM's left operand is B on swap */
+    PackedJob job;
+    memset(&job, 0, sizeof(job));
+    job.nest = thick_b ? p->pack_b : p->pack_a;
+    job.x = thick_b ? B : A;
+    job.o = thick_b ? (pa ? pa : A) : (pb ? pb : B);
+    job.conj = p->conj[thick_b];
+    job.dt = p->dtype;
+    job.al = al;
+    job.axis = p->block_axis;
+    job.buf_t = thick_left ? p->ta == TRANS : p->tb == NO_TRANS;
+    job.first = job.nest.ext[job.axis];
+    job.block = p->block;
+    job.unit = p->block_unit;
+    job.k = p->k;
+    job.item = p->item;
+    job.ldd = p->ldd;
+    job.dr = p->ldd * p->item;
+    job.out = out;
+    if (thick_left) { /* T[rows of the block] = buf op(right) */
+        job.col_major = 0;
+        job.n = p->n;
+        job.t_oth = p->tb;
+        job.ldo = p->ldb;
+    } else { /* T[:, columns of the block] = op(left) buf^T */
+        job.col_major = 1;
+        job.n = p->m;
+        job.t_oth = p->ta;
+        job.ldo = p->lda;
+    }
+    return packed_run(&job, pool_workers(job.first, 1));
 }
 
 /* packed_gemm(d, src, other, rows, block, threads) -> bool: d[m, n] = pack(src)[m, k] @
@@ -2532,6 +2659,9 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
         job.nest.st[1][i] = job.nest.st[2][i] = job.nest.st[3][i] = 0;
     }
     job.dt = dt;
+    job.conj = 0;
+    job.axis = job.buf_t = 0;
+    job.al.re = 1.0, job.al.im = 0.0;
     job.first = first;
     job.block = block;
     job.unit = m / first; /* rows per index of src's first axis */
@@ -2542,49 +2672,11 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
     job.x = PyArray_BYTES(src);
     job.o = PyArray_BYTES(oth);
     job.out = PyArray_BYTES(d);
-    job.start = 0;
-    job.stop = first;
-    const npy_intp blocks = (first + block - 1) / block, bytes = block * job.unit * k * item;
-    int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
-    if (workers > blocks) workers = (int)blocks;
-    PackedJob jobs[MAX_WORKERS];
-    int ready = 1;
-    for (int w = 0; w < workers; ++w) {
-        jobs[w] = job;
-        jobs[w].start = blocks * w / workers * block;
-        jobs[w].stop = w + 1 < workers ? blocks * (w + 1) / workers * block : first;
-        jobs[w].buf = scratch(bytes);
-        ready = ready && jobs[w].buf;
-    }
-    if (!ready) {
-        for (int w = 0; w < workers; ++w) free(jobs[w].buf);
-        return PyErr_NoMemory();
-    }
+    int failed;
     Py_BEGIN_ALLOW_THREADS
-    /* several workers each run a one-thread BLAS, on the BLAS's own pool where it has one
-     * (no more workers than its threads); else one worker and the BLAS's threads */
-    const int outside = workers > 1 ? blas_single_enter() : 0;
-    if (outside > 1 && g_pool_run && !g_in_pool) {
-        const int n = workers < outside ? workers : outside;
-        jobs[n - 1].stop = first; /* the last one takes the shares of workers not run */
-        g_pool_run(n, (void *)packed_task, jobs, (int)sizeof(PackedJob));
-    } else if (outside > 1 && !g_in_pool) {
-        pthread_t tid[MAX_WORKERS];
-        int started[MAX_WORKERS] = {0};
-        for (int w = 1; w < workers; ++w)
-            started[w] = pthread_create(&tid[w], NULL, packed_work, &jobs[w]) == 0;
-        packed_work(&jobs[0]);
-        for (int w = 1; w < workers; ++w) {
-            if (started[w]) pthread_join(tid[w], NULL);
-            else packed_work(&jobs[w]); /* no thread to be had: this one does it */
-        }
-    } else {
-        jobs[0].stop = first;
-        packed_work(&jobs[0]);
-    }
-    if (outside) blas_single_leave();
+    failed = packed_run(&job, threads);
     Py_END_ALLOW_THREADS
-    for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+    if (failed) return PyErr_NoMemory();
     Py_RETURN_TRUE;
 }
 

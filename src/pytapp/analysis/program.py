@@ -117,6 +117,23 @@ TTGT_MAX_BYTES = 1 << 26
 #: 35 MB temporary here).
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
 TTGT_STORE_MAX_BYTES = 1 << 24
+#: A GEMM whose thin side has at most THIN_MAX rows (or columns), and whose thick operand
+#: BLAS cannot read in place, packs that operand in blocks of about PACK_BLOCK_BYTES (and at
+#: least THIN_REREAD times the thin operand, which is read again for each block: a quarter of
+#: the block at most), each multiplied while in cache by one worker's one-thread BLAS: the
+#: packed copy is never written to memory and read back, and its memory is saved. In blas's
+#: plan its time matched packing whole up to 128 rows (F32, F64, C128) and lost above
+#: (``bi,oij->boj``, 256x128 and 64x128x128, F32: 4.4 against 3.8 ms at 256). The executor
+#: does so for single TTGT GEMMs whose thick operand holds at least TTGT_BLOCK_MIN_BYTES, the
+#: packed label order kept (the pack reads the operand along its memory either way): on 29
+#: seeded random products that qualify from 2 MiB (2-core EPYC, with C), 0.81-3.03x packing
+#: whole, the losses (to 0.81x) all below 8 MiB but one (0.94x, a thin side of 3 MB); from
+#: 8 MiB 0.94-3.03x, ``eskmof,kifaej->soiaj`` (F64, m = 60, an 8.4 MB B) 4.6 -> 3.1 ms,
+#: ``zojx,fowjzh->xfhw`` (F32, 59 MB) 15.4 -> 5.8 ms, ``fial,fyael->yei`` 28.5 -> 9.7 ms.
+THIN_MAX = 128
+PACK_BLOCK_BYTES = 1 << 18
+THIN_REREAD = 4
+TTGT_BLOCK_MIN_BYTES = 1 << 23
 #: Fewest rows, columns and inner extent of TTGT's GEMMs: GEMV-like (one row or column) and
 #: outer products (nothing summed) stay with the backend's kernels, which read in place; a
 #: narrow GEMM (5 columns, say) is still faster packed here than by the backend in Python.
@@ -226,11 +243,29 @@ class PackStep:
     bytes_b: int
     bytes_t: int
     d_direct: bool = False
+    #: The thick operand of a thin GEMM packed in blocks (:func:`_thin_blocks`): A (0), B (1)
+    #: or none (-1). ``block`` indices at a time of its outermost free label (its nest's label
+    #: ``block_axis``: 0, or after the summed labels where the pack is transposed), each
+    #: ``block_unit`` rows or columns of T, are packed into each worker's buffer of
+    #: ``block_bytes`` and multiplied while in cache, instead of the whole operand at once.
+    blocked: int = -1
+    block: int = 0
+    block_unit: int = 0
+    block_bytes: int = 0
+    block_axis: int = 0
+
+    def scratch_bytes(self, workers: int) -> int:
+        """Bytes of scratch one run allocates at most with ``workers`` threads (T included)."""
+        if self.blocked < 0:
+            return self.bytes_a + self.bytes_b + self.bytes_t
+        thin = self.bytes_b if self.blocked == 0 else self.bytes_a
+        return thin + workers * self.block_bytes + self.bytes_t
 
     def as_tuple(self) -> tuple[object, ...]:
         """Return the executor's argument tuple."""
         return (self.nest_a, self.nest_b, self.t_strides, self.bytes_a, self.bytes_b,
-                self.bytes_t, int(self.d_direct))
+                self.bytes_t, int(self.d_direct), self.blocked, self.block, self.block_unit,
+                self.block_axis)
 
 
 @dataclass(frozen=True)
@@ -467,6 +502,26 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     nest_l, pack_l = _nest(left, [*h, *p, *lfree] if l_t else [*h, *lfree, *p], liso, spec, item)
     nest_r, pack_r = _nest(right, [*h, *rfree, *p] if r_t else [*h, *p, *rfree], riso, spec,
                            item)
+    # a thin GEMM whose thick operand must be packed: packed in blocks, each multiplied while
+    # in cache (its free labels first, the first with extent above 1 blocked)
+    # (its outermost free label is blocked: labels of extent 1, batch labels included, go last)
+    side = _thin_side(hh, rows, cols, k, item)
+    blocks: tuple[int, int, int] | None = None
+    axis = 0  # the blocked label's place in the nest: after the summed ones where they lead
+    if side == 0 and pack_l:
+        lfree = sorted(lfree, key=lambda x: ext(x) == 1)
+        blocks = _thin_blocks(ext(lfree[0]), rows, cols, k, item)
+        if blocks is not None:
+            axis = len(p) if l_t else 0
+            nest_l, pack_l = _nest(left, [*p, *lfree, *h] if l_t else [*lfree, *p, *h], liso,
+                                   spec, item)
+    elif side == 1 and pack_r:
+        rfree = sorted(rfree, key=lambda x: ext(x) == 1)
+        blocks = _thin_blocks(ext(rfree[0]), cols, rows, k, item)
+        if blocks is not None:
+            axis = 0 if r_t else len(p)
+            nest_r, pack_r = _nest(right, [*rfree, *p, *h] if r_t else [*p, *rfree, *h], riso,
+                                   spec, item)
     (nest_a, pack_a), (nest_b, pack_b) = (
         ((nest_r, pack_r), (nest_l, pack_l)) if swap else ((nest_l, pack_l), (nest_r, pack_r)))
     t_order = [*h, *lfree, *rfree]
@@ -485,7 +540,45 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
                     d_direct=not spec.d.conjugates and all(
                         d_st[x] * item == t for x, t in zip(out, t_strides, strict=True)
                         if ext(x) > 1))
+    if blocks is not None:  # the thick side is A unless B is that side of the GEMM
+        pack = replace(pack, blocked=int((side == 0) == swap), block=blocks[0],
+                       block_unit=blocks[1], block_bytes=blocks[2], block_axis=axis)
     return gemm, pack
+
+
+def _thin_side(batch: int, rows: int, cols: int, k: int, item: int) -> int | None:
+    """Return the thick side of a thin GEMM worth packing in blocks: 0 rows, 1 columns.
+
+    A single GEMM (no batch) with a thin side of 2 to :data:`THIN_MAX` rows or columns, whose
+    thick operand holds at least :data:`TTGT_BLOCK_MIN_BYTES`.
+    """
+    thick, thin = max(rows, cols), min(rows, cols)
+    if (batch != 1 or not 2 <= thin <= THIN_MAX or k < 1
+            or thick * k * item < TTGT_BLOCK_MIN_BYTES):
+        return None
+    return 0 if rows >= cols else 1
+
+
+def _thin_blocks(first: int, thick: int, thin: int, k: int, item: int
+                 ) -> tuple[int, int, int] | None:
+    """Blocks of a thick operand whose first free label has ``first`` indices, or ``None``.
+
+    Returns (indices of the first label per block, rows or columns of T per index, bytes of
+    a block): blocks of about :data:`PACK_BLOCK_BYTES`, and at least :data:`THIN_REREAD`
+    times the thin operand (read again for each block), at least two of them.
+
+    Examples
+    --------
+    >>> _thin_blocks(18, 2394, 60, 440, 8)  # 18 x 133 columns, 440 long
+    (1, 133, 468160)
+    """
+    unit = thick // max(first, 1)
+    per = unit * k * item  # bytes per index of the first label
+    target = max(PACK_BLOCK_BYTES, THIN_REREAD * thin * k * item)
+    block = max(1, min(target // max(per, 1), -(-first // 2)))
+    if first < 2:
+        return None
+    return block, unit, block * per
 
 
 def _pass_order(src: dict[Label, int], dst: dict[Label, int], dst_bytes: int,
@@ -915,7 +1008,9 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
                     _views_below_ttgt(spec, gemm_step, pack)
                     or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
             return None
-        packed = [r for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
+        packed = [r + (f" in blocks of {pack.block_bytes >> 10} KiB"
+                       if pack.blocked == "AB".index(r) else "")
+                  for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
         into = ("gemm into D (without C), else into a temporary stored into D with the "
                 "epilogue" if pack.d_direct else
                 "gemm into a temporary, stored into D with the epilogue")

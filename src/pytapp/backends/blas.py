@@ -31,6 +31,7 @@ import numpy as np
 from pytapp import kernels, scratch, wisdom
 from pytapp.analysis.cost import MachineModel, Route, ttgt_seconds, view_gemm_seconds
 from pytapp.analysis.layout import fusable
+from pytapp.analysis.program import PACK_BLOCK_BYTES, THIN_MAX, THIN_REREAD
 from pytapp.analysis.spec import ContractionSpec, OperandSpec
 from pytapp.analysis.ttgt import Kind, PlanProfile, gemm_layout
 from pytapp.analysis.viewgemm import (
@@ -85,17 +86,6 @@ SPLIT_MIN_TOTAL = 1 << 24
 #: The split must take at most this share of matmul's time to be used (on the BLAS's pool it
 #: is not slower anywhere measured, so any gain counts).
 SPLIT_GAIN = 1.0
-#: A GEMM whose thinner side (m or n) has at most THIN_MAX rows, and whose thick operand BLAS
-#: cannot read in place, packs that operand in blocks of about PACK_BLOCK_BYTES and multiplies
-#: each while it is in cache, every core doing a share (:func:`packed_gemm`): the thin side
-#: is read again for every block, which costs little next to the block itself. It saves the
-#: packed copy's memory; its time matched packing whole up to 128 rows (F32, F64, C128) and
-#: lost above (``bi,oij->boj``, 256x128 and 64x128x128, F32: 4.4 against 3.8 ms at 256).
-THIN_MAX = 128
-PACK_BLOCK_BYTES = 1 << 18
-#: ... blocks of at least THIN_REREAD times the thin side's bytes, so that reading it again
-#: costs at most a quarter of the block.
-THIN_REREAD = 4
 _split_ratio: float | None = None
 
 

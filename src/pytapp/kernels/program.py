@@ -473,7 +473,7 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     status.algorithm += prog.description
     if prog.pack is not None:  # TTGT's scratch: the packed operands and the GEMMs' result
         status.bytes_copied = prog.pack.bytes_a + prog.pack.bytes_b
-        status.bytes_allocated = status.bytes_copied + prog.pack.bytes_t
+        status.bytes_allocated = prog.pack.scratch_bytes(os.cpu_count() or 1)
     if prog.stream is not None:  # the packed vector operand, the workers' temporaries
         status.bytes_copied = prog.stream.bytes_v
         status.bytes_allocated = prog.stream.scratch_bytes(os.cpu_count() or 1)
