@@ -2602,10 +2602,12 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
     return packed_run(&job, pool_workers(job.first, 1));
 }
 
-/* packed_gemm(d, src, other, rows, block, threads) -> bool: d[m, n] = pack(src)[m, k] @
- * other[k, n].
+/* packed_gemm(d, src, other, rows, block, threads, summed_first=False) -> bool: d[m, n] =
+ * pack(src)[m, k] @ other[k, n].
  *
- * src's first `rows` axes are d's rows (row-major), its other axes the summed ones. Instead of
+ * src's first `rows` axes are d's rows (row-major), its other axes the summed ones (with
+ * summed_first, its last `rows` axes are the rows: each block is packed [k][rows], in src's
+ * order where src's fastest axis is a row axis, and blocks cut along the first row axis). Instead of
  * packing all of src before one GEMM (a copy as large as the operand, written to memory and
  * read back), `block` indices of its first axis at a time are packed into a small buffer and
  * multiplied while that block is still in cache. With threads > 1 (and a BLAS whose thread
@@ -2615,10 +2617,10 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
  * usual way. Every block has its own rows of d, so the workers never write the same memory. */
 static PyObject *packed_gemm(PyObject *self, PyObject *args) {
     PyArrayObject *d, *src, *oth;
-    int rows, threads;
+    int rows, threads, summed_first = 0;
     Py_ssize_t block;
-    if (!PyArg_ParseTuple(args, "O!O!O!ini", &PyArray_Type, &d, &PyArray_Type, &src,
-                          &PyArray_Type, &oth, &rows, &block, &threads))
+    if (!PyArg_ParseTuple(args, "O!O!O!ini|p", &PyArray_Type, &d, &PyArray_Type, &src,
+                          &PyArray_Type, &oth, &rows, &block, &threads, &summed_first))
         return NULL;
     const int dt = dtype_of(d), nd = PyArray_NDIM(src);
     if (dt < 0 || !g_gemm[dt] || dtype_of(src) != dt || dtype_of(oth) != dt
@@ -2630,11 +2632,12 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
     PackedJob job;
     const npy_intp item = PyArray_ITEMSIZE(d);
     npy_intp m = 1, k = 1;
+    const int axis = summed_first ? nd - rows : 0; /* the first of d's row axes */
     for (int i = 0; i < nd; ++i) {
-        if (i < rows) m *= PyArray_DIM(src, i);
+        if (i >= axis && i < axis + rows) m *= PyArray_DIM(src, i);
         else k *= PyArray_DIM(src, i);
     }
-    const npy_intp n = PyArray_DIM(oth, 1), first = PyArray_DIM(src, 0);
+    const npy_intp n = PyArray_DIM(oth, 1), first = PyArray_DIM(src, axis);
     if (m != PyArray_DIM(d, 0) || n != PyArray_DIM(d, 1) || k != PyArray_DIM(oth, 0) || m < 2
         || n < 2 || k < 1 || block > first)
         Py_RETURN_FALSE;
@@ -2660,7 +2663,8 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
     }
     job.dt = dt;
     job.conj = 0;
-    job.axis = job.buf_t = 0;
+    job.axis = axis;
+    job.buf_t = summed_first;
     job.al.re = 1.0, job.al.im = 0.0;
     job.first = first;
     job.block = block;

@@ -83,17 +83,20 @@ def _on_sixteen_threads(work: Callable[[], list[bool]]) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("threads", [1, 2, 5])
 @pytest.mark.parametrize("block", [1, 3, 40])
-def test_packed_gemm_is_exact(dtype: type, threads: int, block: int) -> None:
+@pytest.mark.parametrize("summed_first", [False, True])
+def test_packed_gemm_is_exact(dtype: type, threads: int, block: int, summed_first: bool) -> None:
     rng = np.random.default_rng(block * 10 + threads)
     a = _ints(rng, (40, 6, 9, 5), dtype)  # rows (i, j, l), summed k: packed as (i, j, l, k)
     b = _ints(rng, (7, 9), dtype)  # (n, k): other = b.T, read transposed
-    src = a.transpose(0, 1, 3, 2)
+    # or, summed first, as (k, i, j, l): blocks of i, each packed [k][rows]
+    src = a.transpose(2, 0, 1, 3) if summed_first else a.transpose(0, 1, 3, 2)
     want = np.einsum("ijkl,nk->ijln", _wide(a), _wide(b)).reshape(40 * 6 * 5, 7)
     row_major = np.zeros((1200, 7), dtype)
-    assert program.packed_gemm(row_major, src, b.T, 3, block, threads)
+    assert program.packed_gemm(row_major, src, b.T, 3, block, threads, summed_first)
     np.testing.assert_array_equal(_wide(row_major), want)
     col_major = np.zeros((7, 1200), dtype).T
-    assert program.packed_gemm(col_major, src, np.ascontiguousarray(b.T), 3, block, threads)
+    assert program.packed_gemm(col_major, src, np.ascontiguousarray(b.T), 3, block, threads,
+                               summed_first)
     np.testing.assert_array_equal(_wide(col_major), want)
 
 

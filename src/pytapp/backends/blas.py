@@ -283,6 +283,17 @@ def _blocking_axes(x: np.ndarray, rows: int, workers: int) -> tuple[np.ndarray, 
     return x, (rows if rows < x.ndim else 0)
 
 
+def _rows_fastest(x: np.ndarray, rows: int) -> bool:
+    """Whether ``x``'s fastest-moving axis (of extent above 1) is one of its first ``rows``.
+
+    A thin GEMM's thick operand is then packed summed labels first, reading it along its
+    memory: packed rows first, ``hjndy,hdiyv->nivj`` (F64, 30 MB) ran 0.70x packing whole.
+    """
+    moving = [(abs(s), i) for i, (n, s) in enumerate(zip(x.shape, x.strides, strict=True))
+              if n > 1]
+    return bool(moving) and min(moving)[1] < rows
+
+
 def _blasable(x: np.ndarray) -> bool:
     """Whether the last two axes form a matrix BLAS reads in place (row or column major).
 
@@ -899,12 +910,15 @@ class BlasPlan(Stateless):
         thin_rows = n if pack_a else m
         target = max(PACK_BLOCK_BYTES, THIN_REREAD * thin_rows * k * src.itemsize)
         block = max(1, min(target // max(unit, 1), -(-src.shape[0] // workers)))
-        if not packed_gemm(d, src, other, rows, block, workers):
+        summed_first = _rows_fastest(src, rows)  # then packed in src's own order
+        if summed_first:
+            src = src.transpose((*range(rows, src.ndim), *range(rows)))
+        if not packed_gemm(d, src, other, rows, block, workers, summed_first):
             return None
         if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("blas packed a %s operand in blocks of %d x %d bytes for a thin GEMM "
-                       "(m=%d, n=%d, k=%d) on %d threads", thick.shape, block, unit, m, n, k,
-                       workers)
+            _log.debug("blas packed a %s operand in blocks of %d x %d bytes%s for a thin GEMM "
+                       "(m=%d, n=%d, k=%d) on %d threads", thick.shape, block, unit,
+                       " (summed labels first)" if summed_first else "", m, n, k, workers)
         return out, Written.DIRECT if direct else Written.TEMP, thick.size * thick.itemsize
 
     def _gemm_blocked(

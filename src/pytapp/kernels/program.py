@@ -215,10 +215,13 @@ def bf16_gemm(a: np.ndarray, b: np.ndarray, d: np.ndarray, c: np.ndarray | None 
 
 
 def packed_gemm(d: np.ndarray, src: np.ndarray, other: np.ndarray, rows: int, block: int,
-                threads: int) -> bool:
+                threads: int, summed_first: bool = False) -> bool:
     """``d[m, n] = pack(src)[m, k] @ other[k, n]``, packing ``src`` a block at a time.
 
-    ``src``'s first ``rows`` axes are ``d``'s rows, the others the summed ones. Instead of
+    ``src``'s first ``rows`` axes are ``d``'s rows, the others the summed ones (with
+    ``summed_first``, its last ``rows`` axes are the rows, and each block is packed as
+    ``[k][rows]``: the order that reads ``src`` along its memory when its fastest axis is a
+    row axis; the blocks are cut along the first row axis). Instead of
     copying all of ``src`` into a matrix as large as the operand before one GEMM, ``block``
     indices of its first axis are packed into a small buffer and multiplied while it is still
     in cache, each of ``threads`` threads doing a share of the blocks with a one-thread BLAS.
@@ -238,7 +241,7 @@ def packed_gemm(d: np.ndarray, src: np.ndarray, other: np.ndarray, rows: int, bl
     """
     if _cexec is None or not blas_available():
         return False
-    done: bool = _cexec.packed_gemm(d, src, other, rows, block, threads)
+    done: bool = _cexec.packed_gemm(d, src, other, rows, block, threads, summed_first)
     return done
 
 
