@@ -502,9 +502,9 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     nest_l, pack_l = _nest(left, [*h, *p, *lfree] if l_t else [*h, *lfree, *p], liso, spec, item)
     nest_r, pack_r = _nest(right, [*h, *rfree, *p] if r_t else [*h, *p, *rfree], riso, spec,
                            item)
-    # a thin GEMM whose thick operand must be packed: packed in blocks, each multiplied while
-    # in cache (its free labels first, the first with extent above 1 blocked)
-    # (its outermost free label is blocked: labels of extent 1, batch labels included, go last)
+    # a thin GEMM whose thick operand must be packed: packed in blocks of its outermost free
+    # label, each multiplied while in cache, in the pack's own label order (labels of extent 1,
+    # batch labels included, go last)
     side = _thin_side(hh, rows, cols, k, item)
     blocks: tuple[int, int, int] | None = None
     axis = 0  # the blocked label's place in the nest: after the summed ones where they lead
@@ -572,12 +572,12 @@ def _thin_blocks(first: int, thick: int, thin: int, k: int, item: int
     >>> _thin_blocks(18, 2394, 60, 440, 8)  # 18 x 133 columns, 440 long
     (1, 133, 468160)
     """
-    unit = thick // max(first, 1)
+    if first < 2:
+        return None
+    unit = thick // first
     per = unit * k * item  # bytes per index of the first label
     target = max(PACK_BLOCK_BYTES, THIN_REREAD * thin * k * item)
     block = max(1, min(target // max(per, 1), -(-first // 2)))
-    if first < 2:
-        return None
     return block, unit, block * per
 
 
