@@ -20,6 +20,7 @@ Examples
 from __future__ import annotations
 
 import mmap
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -383,10 +384,37 @@ def store(result: Any, target: Any, client: Any = None,
         # Nothing of this run may keep running or stay in the scheduler as erred: the same
         # execute again must compute (and write) every block afresh.
         client.cancel(futures, force=True)
+        keys = list(index)
+        futures.clear()
+        _await_forgotten(client, keys)
         if not isinstance(exc, Exception):
             raise
         raise PartialWriteError(written, total, exc) from exc
     return target
+
+
+#: Longest wait (seconds) for the scheduler to forget a failed run's blocks.
+FORGET_SECONDS = 10.0
+
+
+def _await_forgotten(client: Any, keys: list[Any]) -> None:
+    """Wait until the scheduler holds none of ``keys`` (at most :data:`FORGET_SECONDS`).
+
+    A cancel is asynchronous, and a block's key depends only on its inputs: the same execute
+    run again at once submitted keys the scheduler was still cancelling, and got its blocks
+    back cancelled ("cancelled for reason: unknown").
+    """
+    def held(dask_scheduler: Any, keys: list[Any] = keys) -> int:
+        return sum(key in dask_scheduler.tasks for key in keys)
+
+    deadline = time.monotonic() + FORGET_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if not client.run_on_scheduler(held):
+                return
+        except Exception:  # a scheduler that cannot be asked: nothing to wait for
+            return
+        time.sleep(0.02)
 
 
 def _describe_block(where: tuple[slice, ...]) -> str:
