@@ -2726,6 +2726,13 @@ static void amx_task(void *arg) {
  * this much faster (the model is rough: on two cores the two cuts of mlp_bf16 ran within 1% of
  * each other). */
 #define AMX_GRID_GAIN 1.05
+/* ... and only for sums of at least this many numbers (F16 counts four per number: its tile
+ * products). Below it each block's fixed costs (its accumulators' stores into D, its panels)
+ * outweigh the packing that squarer blocks save, which amx_part_cost does not price: on a
+ * 16-core Xeon's tiles, 4x4 blocks of 1024x1024 ran 0.79x the 16x1 cut at a sum of 32, 0.88x
+ * at 64 and 0.93x at 128 (2 batch elements, 2x4 against 8x1), then 1.05-1.19x at 256 and
+ * 1.18-2.42x from 1024. */
+#define AMX_GRID_MIN_K 256
 
 /* The cost of the busiest of `threads` workers sharing h batch elements cut into gr x gc
  * blocks (fewer where blocks of whole multiples of 32 cover D); sets the grid in `out`. */
@@ -2741,9 +2748,10 @@ static double amx_grid_cost(AmxJob *out, npy_intp h, int threads, int64_t gr, in
 
 /* The grid over each of h batch elements' D for `threads` workers: whole batch elements where
  * each worker gets at least AMX_BATCH_SHARE; else D cut along its longer side into as many
- * blocks as workers per element, unless another cut (rows by columns) costs its busiest
- * worker AMX_GRID_GAIN times less (amx_part_cost: each block packs its own rows of A and
- * columns of B, so square blocks pack the least). Sets gr, gc, mb and nb. */
+ * blocks as workers per element, unless the sum is at least AMX_GRID_MIN_K long and another
+ * cut (rows by columns) costs its busiest worker AMX_GRID_GAIN times less (amx_part_cost: each
+ * block packs its own rows of A and columns of B, so square blocks pack the least). Sets gr,
+ * gc, mb and nb. */
 static void amx_grid(AmxJob *job, npy_intp h, int threads) {
     const AmxGemm *g = &job->g;
     const int64_t um = (g->m + 31) / 32, un = (g->n + 31) / 32;
@@ -2753,7 +2761,8 @@ static void amx_grid(AmxJob *job, npy_intp h, int threads) {
     double least = amx_grid_cost(&best, h, threads, g->n > g->m ? 1 : want,
                                  g->n > g->m ? want : 1);
     const double line = least;
-    for (int64_t gr = 1; gr <= um && gr <= want && want > 1; ++gr) {
+    const int64_t kt = g->half ? 4 * g->k : g->k;
+    for (int64_t gr = 1; gr <= um && gr <= want && want > 1 && kt >= AMX_GRID_MIN_K; ++gr) {
         const int64_t gc = (want + gr - 1) / gr;
         if (gc > un) continue;
         AmxJob trial = *job;

@@ -260,10 +260,10 @@ def test_threads_share_one_plan(tiles: bool, in_threads: Callable[..., None]) ->
 #: Products shared out over many workers: whole batch elements, blocks of rows, of columns,
 #: or a grid of both (each worker packs its block's rows of A and columns of B), GEMVs.
 SHARED: dict[str, tuple[str, dict[str, int]]] = {
-    "square": ("ik,kj->ij", {"i": 300, "k": 64, "j": 290}),
+    "square": ("ik,kj->ij", {"i": 300, "k": 256, "j": 290}),
     "tall": ("ik,kj->ij", {"i": 1100, "k": 40, "j": 70}),
     "wide": ("ik,kj->ij", {"i": 40, "k": 600, "j": 1000}),
-    "few_batches": ("bik,bkj->bij", {"b": 3, "i": 130, "k": 40, "j": 200}),
+    "few_batches": ("bik,bkj->bij", {"b": 3, "i": 130, "k": 256, "j": 200}),
     "batches": ("bik,bjk->bij", {"b": 40, "i": 33, "k": 64, "j": 50}),
     "matvec": ("nk,k->n", {"n": 5000, "k": 300}),
 }
