@@ -108,6 +108,11 @@ typedef struct {
     int empty_d;   /* D has no element: nothing to do */
     int empty_sum; /* a summed label has extent 0: the product term is +0 */
     int row_block; /* a loop nest summing D's rows: summed elements per block (0: by element) */
+    /* an elementwise nest whose A (bit 0 of plane_mask) or B (bit 1) runs along another label
+     * than D's fastest: run block by block, `chunk` indices of each label a block, the
+     * operand's block packed in the nest's order first (run_planes) */
+    int plane_mask;
+    npy_intp chunk[MAXL];
     int conj[4];   /* A, B, C, D */
     /* what each operand must be: ndim, shape, byte strides; footprint [lo, hi) in bytes */
     int ndim[4];
@@ -193,6 +198,10 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
     }
     return 0;
 }
+
+/* An elementwise nest block by block (Program.plane_mask): 0 done, 1 not (no memory). */
+static int run_planes(const Program *p, cval al, cval be, const char *A, const char *B,
+                      const char *C, char *D);
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -328,6 +337,7 @@ static int to_scalar(PyObject *o, int dtype, cval *out) {
         const T alpha = (T)al.re, beta = (T)be.re;                                              \
         const int nl = p->nl, nout = p->nout;                                                   \
         if (nl == nout && nout > 0) {                                                           \
+            if (p->plane_mask && !run_planes(p, al, be, A, B, C, D)) return;                   \
             elem_##NAME(p, alpha, beta, A, B, C, D);                                            \
             return;                                                                             \
         }                                                                                       \
@@ -547,6 +557,7 @@ REAL_KERNELS(f64, double)
         COMPLEX_STATE(T)                                                                        \
         const int nl = p->nl, nout = p->nout;                                                   \
         if (nl == nout && nout > 0) {                                                           \
+            if (p->plane_mask && !run_planes(p, al, be, A, B, C, D)) return;                   \
             elem_##NAME(p, al, be, A, B, C, D);                                                 \
             return;                                                                             \
         }                                                                                       \
@@ -909,6 +920,58 @@ static void run_scale(const Program *p, cval be, const char *C, char *D) {
 static void run_conj(const Program *p, char *D) {
     if (p->dtype == DT_C64) conj_c64(p, D);
     else if (p->dtype == DT_C128) conj_c128(p, D);
+}
+
+/* The blocks cover the nest, each `chunk` indices of every label (fewer at its end); the
+ * operands of plane_mask are packed block by block into a buffer in the nest's order (a tiled
+ * copy: their fastest label is not D's), and the block's elementwise nest reads them there,
+ * the others where they lie. The same elements, multiplied in the same way as unblocked. */
+static int run_planes(const Program *p, cval al, cval be, const char *A, const char *B,
+                      const char *C, char *D) {
+    const int nl = p->nout, mask = p->plane_mask;
+    npy_intp cells = 1;
+    for (int l = 0; l < nl; ++l) cells *= p->chunk[l];
+    const int both = mask == 3;
+    char *buf = malloc((size_t)((1 + both) * cells * p->item));
+    if (!buf) return 1;
+    char *packed[2] = {buf, buf + both * cells * p->item};
+    Program sub;
+    memcpy(&sub, p, sizeof(Program));
+    sub.plane_mask = 0;
+    sub.row_block = 0;
+    npy_intp idx[MAXL] = {0}; /* each label's first index of the block */
+    const char *src[2] = {A, B};
+    for (;;) {
+        npy_intp o[4] = {0, 0, 0, 0};
+        for (int l = 0; l < nl; ++l) {
+            sub.ext[l] = p->ext[l] - idx[l] < p->chunk[l] ? p->ext[l] - idx[l] : p->chunk[l];
+            for (int k = 0; k < 4; ++k) o[k] += idx[l] * p->st[k][l];
+        }
+        const char *op[2];
+        for (int k = 0; k < 2; ++k) {
+            op[k] = src[k] + o[k];
+            if (!(mask >> k & 1)) continue;
+            Nest n;
+            n.nl = n.nout = nl;
+            npy_intp step = p->item;
+            for (int l = nl - 1; l >= 0; --l) {
+                n.ext[l] = sub.ext[l], n.st[0][l] = p->st[k][l];
+                sub.st[k][l] = step;
+                step *= sub.ext[l];
+            }
+            run_pack(p, &n, op[k], packed[k], 0);
+            op[k] = packed[k];
+        }
+        run_loop(&sub, al, be, op[0], op[1], C ? C + o[2] : NULL, D + o[3]);
+        int l = nl - 1;
+        for (; l >= 0; --l) {
+            if ((idx[l] += p->chunk[l]) < p->ext[l]) break;
+            idx[l] = 0;
+        }
+        if (l < 0) break;
+    }
+    free(buf);
+    return 0;
 }
 
 static int gemv_call(const Program *p, cval al, cval be, const char *L, const char *R,
@@ -1500,15 +1563,16 @@ static int read_stream(PyObject *t, Program *p) {
 static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"type_num", "dtype", "kind", "shapes", "strides", "footprints",
                              "conj", "nout", "extents", "label_strides", "gemm", "ttgt", "flops",
-                             "release_gil_flops", "empty_sum", "row_sums", "status", "stream", NULL};
+                             "release_gil_flops", "empty_sum", "row_sums", "status", "stream",
+                             "planes", NULL};
     int type_num, dtype, kind, nout, empty_sum, row_block;
     double flops, release;
     PyObject *shapes, *strides, *foots, *conj, *extents, *lstrides, *gemm, *ttgt, *status;
-    PyObject *stream = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpiO|O", kwlist, &type_num,
+    PyObject *stream = Py_None, *planes = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiiOOOOiOOOOddpiO|OO", kwlist, &type_num,
                                      &dtype, &kind, &shapes, &strides, &foots, &conj, &nout,
                                      &extents, &lstrides, &gemm, &ttgt, &flops, &release,
-                                     &empty_sum, &row_block, &status, &stream))
+                                     &empty_sum, &row_block, &status, &stream, &planes))
         return NULL;
     if (dtype < 0 || dtype > 3) {
         PyErr_SetString(PyExc_ValueError, "dtype must be 0..3");
@@ -1558,6 +1622,20 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->empty_d = 0;
     for (int l = 0; l < p->nout; ++l)
         if (p->ext[l] == 0) p->empty_d = 1;
+    if (planes != Py_None) { /* (mask, chunks): an elementwise nest run block by block */
+        PyObject *chunks;
+        int m = 0;
+        if (!PyArg_ParseTuple(planes, "iO", &p->plane_mask, &chunks) ||
+            read_intps(chunks, p->chunk, MAXL, &m, "chunks"))
+            goto fail;
+        int bad = kind != K_LOOP || p->nl != p->nout || m != p->nl || p->plane_mask < 0 ||
+                  p->plane_mask > 3;
+        for (int l = 0; l < m && !bad; ++l) bad = p->chunk[l] < 1;
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "planes: an elementwise loop nest's blocks");
+            goto fail;
+        }
+    }
     if (kind == K_TTGT) {
         PyObject *na, *nbk, *tst;
         long long ba, bb, bt, blk, unit;

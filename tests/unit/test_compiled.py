@@ -256,18 +256,21 @@ _LAYOUTS = ("row", "perm", "sub", "sub_fewer", "neg", "mixed", "sub_neg", "sub_m
 
 
 @st.composite
-def compiled_products(draw: st.DrawFn, gemm: bool) -> Instance:
+def compiled_products(draw: st.DrawFn, gemm: bool, elementwise: bool = False) -> Instance:
     """Products of one native datatype with operands the executor takes as they are.
 
     Every label class (broadcast included), diagonals in A, B and D; ``gemm``: contracted and
     free labels sized so that a GEMM would have at least ``GEMM_MIN_MADDS`` multiply-adds,
-    else extents 0-4.
+    else extents 0-4; ``elementwise``: nothing summed (no contracted or isolated label of A
+    or B).
     """
     dt = draw(st.sampled_from(NATIVE))
     counts = {c: draw(st.integers(1 if gemm else 0, 2)) for c in ("P", "FA", "FB")}
     counts["H"] = draw(st.integers(0, 2))
     for c in ("IA", "IB", "IC"):  # rarer with GEMMs: no GEMM reads them in place
         counts[c] = draw(st.sampled_from((0, 0, 0, 1) if gemm else (0, 1)))
+    if elementwise:
+        counts.update(P=0, IA=0, IB=0, H=draw(st.integers(1, 3)))
     names = iter("abcdefghijklmnopqrstuvwxyz")
     cls = {c: [next(names) for _ in range(n)] for c, n in counts.items()}
     extents: dict[Hashable, int] = {}
@@ -321,9 +324,10 @@ def _check_compiled(inst: Instance) -> str:
     lowered = plan.algorithm.startswith(COMPILED)
     assert status.algorithm.startswith(COMPILED) == (lowered and _takes(inst)), (
         plan.algorithm, status.algorithm)
-    if status.algorithm.startswith(COMPILED):  # only the TTGT step allocates, within the plan's
-        ttgt = status.algorithm.startswith(f"{COMPILED} ttgt")  # declared workspace
-        assert status.bytes_allocated <= (plan.workspace_bytes if ttgt else 0), status
+    if status.algorithm.startswith(COMPILED):  # only the TTGT step and blocks of a loop nest
+        scratch = (status.algorithm.startswith(f"{COMPILED} ttgt")  # allocate, within the
+                   or "packed in D's order" in status.algorithm)  # plan's declared workspace
+        assert status.bytes_allocated <= (plan.workspace_bytes if scratch else 0), status
         if "in blocks of" not in status.algorithm:  # (blocks reuse their buffers)
             assert status.bytes_copied <= status.bytes_allocated, status
     return str(status.algorithm)
@@ -480,6 +484,71 @@ def test_thin_ttgt_packs_its_thick_operand_in_blocks(dt: Datatype,
 def test_gemm_sized_products_with_thin_blocks(inst: Instance) -> None:
     """The Hypothesis products again, every thin TTGT GEMM packing its thick side in blocks."""
     with _thin_blocks():
+        _check_compiled(inst)
+
+
+@contextlib.contextmanager
+def _planes(block_bytes: int = 96) -> Iterator[None]:
+    """Run every elementwise nest whose A or B runs along another label than D block by block
+    (tiny data: blocks of ``block_bytes``, labels of any extent and stride)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lowering, "PLANE_MIN_BYTES", 0)
+        mp.setattr(lowering, "PLANE_LINE", 0)
+        mp.setattr(lowering, "PLANE_MIN_EXTENT", 1)
+        mp.setattr(lowering, "PLANE_BLOCK_BYTES", block_bytes)
+        mp.setattr(lowering, "_l2_bytes", lambda: -1)
+        lowering._lower.cache_clear()
+        try:
+            yield
+        finally:
+            lowering._lower.cache_clear()
+
+
+# Elementwise products whose B (or A, or both) runs along another label than D: reversed, the
+# fastest label of B D's second, a broadcast label (B lacks one of D's), two labels.
+_PLANE_SHAPES = [("abcd", "dcba", "abcd"), ("dcba", "abcd", "abcd"), ("dcba", "dcba", "abcd"),
+                 ("abcd", "acdb", "abcd"), ("abc", "cb", "abc"), ("ab", "ba", "ab")]
+_PLANE_EXT = {"a": 9, "b": 11, "c": 5, "d": 7}
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _PLANE_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_elementwise_products_in_blocks(dt: Datatype, shape: tuple[str, str, str]) -> None:
+    """Each block of the transposed operand(s) packed in D's order, then multiplied (conjugated,
+    with C apart, C = D or none) into its part of D; blocks cut every label."""
+    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
+    cplx = dt.is_complex
+    alpha = complex(0.7, -1.3) if cplx else -0.7
+    beta = complex(-0.4, 0.9) if cplx else 1.5
+    routes = []
+    with _planes():
+        for seed, (c_mode, bet, ops, layouts) in enumerate([
+                ("none", 0.0, "----", {}), ("own", beta, "cc-c", {"B": "neg", "C": "perm"}),
+                ("d", beta, "c-cc", {"A": "sub", "D": "sub_mixed"}),
+                ("nan", 0.0, "-c-c", {"B": "sub_neg"}), ("own", beta, "----", {"A": "perm"})]):
+            inst = build(dt, labels, _PLANE_EXT, layouts, seed=seed, alpha=alpha, beta=bet,
+                         ops=ops, c_mode=c_mode)
+            routes.append(_check_compiled(inst))
+    assert "packed in D's order" in routes[0], routes
+
+
+@pytest.mark.parametrize("dt", [Datatype.F32, Datatype.C64], ids=lambda d: d.name)
+def test_elementwise_blocks_shared_over_threads(dt: Datatype) -> None:
+    """A product large enough to share out (each worker's blocks from its part of the first
+    label), in blocks of the usual size (the tiled copy packs them) and of a few elements."""
+    labels = {"A": tuple("abcd"), "B": tuple("dcba"), "D": tuple("abcd")}
+    for block in (lowering.PLANE_BLOCK_BYTES, 200):
+        with _planes(block):
+            inst = build(dt, labels, dict.fromkeys("abcd", 17), {}, seed=block,
+                         alpha=2.0, beta=-1.0, c_mode="own")
+            assert "packed in D's order" in _check_compiled(inst)
+
+
+@_settings
+@given(inst=compiled_products(gemm=False, elementwise=True))
+def test_loop_nest_products_in_blocks(inst: Instance) -> None:
+    """Elementwise Hypothesis products, every nest that qualifies run in blocks."""
+    with _planes():
         _check_compiled(inst)
 
 

@@ -30,6 +30,7 @@ import importlib
 import os
 import threading
 from collections.abc import Callable
+from math import prod
 from typing import Any, Literal
 
 import numpy as np
@@ -452,7 +453,8 @@ def compile_lowered(prog: Lowered, status: Any) -> Any:
         ttgt=ttgt,
         flops=float(prog.flops), release_gil_flops=float(RELEASE_GIL_FLOPS),
         empty_sum=prog.empty_sum, row_sums=prog.row_sums, status=status,
-        stream=prog.stream.as_tuple() if prog.stream is not None else None)
+        stream=prog.stream.as_tuple() if prog.stream is not None else None,
+        planes=prog.planes if prog.planes[0] else None)
 
 
 def compile_chain(**parts: Any) -> Any:
@@ -480,6 +482,12 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     if prog.stream is not None:  # the packed vector operand, the workers' temporaries
         status.bytes_copied = prog.stream.bytes_v
         status.bytes_allocated = prog.stream.scratch_bytes(os.cpu_count() or 1)
+    if prog.planes[0]:  # the packed operands, block by block through each worker's buffer
+        mask, chunks = prog.planes
+        packed = [op for i, op in enumerate(spec.operands[:2]) if mask >> i & 1]
+        status.bytes_copied = sum(op.size for op in packed) * prog.datatype.itemsize
+        status.bytes_allocated = (len(packed) * prod(chunks) * prog.datatype.itemsize
+                                  * (os.cpu_count() or 1))
     if prog.kind not in (Step.LOOP, Step.STREAM) and not blas_available():
         return None
     return compile_lowered(prog, status)
