@@ -436,17 +436,21 @@ def test_ttgt_routes(dt: Datatype, shape: tuple[str, str, str]) -> None:
 
 
 @contextlib.contextmanager
-def _thin_blocks() -> Iterator[None]:
-    """Pack every thin TTGT GEMM's thick operand in blocks of one index (tiny data)."""
+def _lowering(**values: Any) -> Iterator[None]:
+    """The lowering's constants (or functions) set to ``values``, its cache cleared around."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lowering, "TTGT_BLOCK_MIN_BYTES", 0)
-        mp.setattr(lowering, "PACK_BLOCK_BYTES", 1)
-        mp.setattr(lowering, "THIN_REREAD", 0)
+        for name, value in values.items():
+            mp.setattr(lowering, name, value)
         lowering._lower.cache_clear()
         try:
             yield
         finally:
             lowering._lower.cache_clear()
+
+
+def _thin_blocks() -> contextlib.AbstractContextManager[None]:
+    """Pack every thin TTGT GEMM's thick operand in blocks of one index (tiny data)."""
+    return _lowering(TTGT_BLOCK_MIN_BYTES=0, PACK_BLOCK_BYTES=1, THIN_REREAD=0)
 
 
 # Thin GEMMs (one side at most THIN_MAX) whose thick side is T's rows (A's free labels i, x),
@@ -487,21 +491,11 @@ def test_gemm_sized_products_with_thin_blocks(inst: Instance) -> None:
         _check_compiled(inst)
 
 
-@contextlib.contextmanager
-def _planes(block_bytes: int = 96) -> Iterator[None]:
+def _planes(block_bytes: int = 96) -> contextlib.AbstractContextManager[None]:
     """Run every elementwise nest whose A or B runs along another label than D block by block
     (tiny data: blocks of ``block_bytes``, labels of any extent and stride)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lowering, "PLANE_MIN_BYTES", 0)
-        mp.setattr(lowering, "PLANE_LINE", 0)
-        mp.setattr(lowering, "PLANE_MIN_EXTENT", 1)
-        mp.setattr(lowering, "PLANE_BLOCK_BYTES", block_bytes)
-        mp.setattr(lowering, "_l2_bytes", lambda: -1)
-        lowering._lower.cache_clear()
-        try:
-            yield
-        finally:
-            lowering._lower.cache_clear()
+    return _lowering(PLANE_MIN_BYTES=0, PLANE_LINE=0, PLANE_MIN_EXTENT=1,
+                     PLANE_BLOCK_BYTES=block_bytes, _l2_bytes=lambda: -1)
 
 
 # Elementwise products whose B (or A, or both) runs along another label than D: reversed, the
