@@ -435,6 +435,21 @@ def test_ttgt_routes(dt: Datatype, shape: tuple[str, str, str]) -> None:
     assert "compiled: ttgt" in routes, routes
 
 
+def _variants(dt: Datatype, shape: tuple[str, str, str], extents: dict[Hashable, int],
+              variants: list[tuple[str, str, dict[str, str]]]) -> list[str]:
+    """Run ``A,B->D`` (``shape``) once per variant (C mode, conjugations, layouts), each
+    checked against the oracle, with complex alpha and beta (beta 0 without a C to add);
+    return the routes taken."""
+    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
+    cplx = dt.is_complex
+    alpha = complex(0.7, -1.3) if cplx else -0.7
+    beta = complex(-0.4, 0.9) if cplx else 1.5
+    return [_check_compiled(build(dt, labels, extents, layouts, seed=seed, alpha=alpha,
+                                  beta=beta if c_mode in ("own", "d") else 0.0, ops=ops,
+                                  c_mode=c_mode))
+            for seed, (c_mode, ops, layouts) in enumerate(variants)]
+
+
 @contextlib.contextmanager
 def _lowering(**values: Any) -> Iterator[None]:
     """The lowering's constants (or functions) set to ``values``, its cache cleared around."""
@@ -467,19 +482,11 @@ def test_thin_ttgt_packs_its_thick_operand_in_blocks(dt: Datatype,
                                                      shape: tuple[str, str, str]) -> None:
     """Each block packed (conjugated, summing isolated labels) and multiplied into its rows or
     columns of T, or of D itself without C; then the store with the epilogue."""
-    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
-    cplx = dt.is_complex
-    alpha = complex(0.7, -1.3) if cplx else -0.7
-    beta = complex(-0.4, 0.9) if cplx else 1.5
-    routes = []
     with _thin_blocks():
-        for seed, (c_mode, bet, ops, layouts) in enumerate([
-                ("none", 0.0, "----", {}), ("none", 0.0, "cc--", {"A": "perm", "B": "perm"}),
-                ("own", beta, "cc-c", {"B": "sub", "C": "neg"}),
-                ("d", beta, "c-cc", {"D": "sub_mixed"}), ("nan", 0.0, "-c-c", {"A": "sub_neg"})]):
-            inst = build(dt, labels, _THIN_EXT, layouts, seed=seed, alpha=alpha, beta=bet,
-                         ops=ops, c_mode=c_mode)
-            routes.append(_check_compiled(inst))
+        routes = _variants(dt, shape, _THIN_EXT, [
+            ("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+            ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+            ("nan", "-c-c", {"A": "sub_neg"})])
     assert any("in blocks of" in r for r in routes), routes
 
 
@@ -510,19 +517,11 @@ _PLANE_EXT = {"a": 9, "b": 11, "c": 5, "d": 7}
 def test_elementwise_products_in_blocks(dt: Datatype, shape: tuple[str, str, str]) -> None:
     """Each block of the transposed operand(s) packed in D's order, then multiplied (conjugated,
     with C apart, C = D or none) into its part of D; blocks cut every label."""
-    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
-    cplx = dt.is_complex
-    alpha = complex(0.7, -1.3) if cplx else -0.7
-    beta = complex(-0.4, 0.9) if cplx else 1.5
-    routes = []
     with _planes():
-        for seed, (c_mode, bet, ops, layouts) in enumerate([
-                ("none", 0.0, "----", {}), ("own", beta, "cc-c", {"B": "neg", "C": "perm"}),
-                ("d", beta, "c-cc", {"A": "sub", "D": "sub_mixed"}),
-                ("nan", 0.0, "-c-c", {"B": "sub_neg"}), ("own", beta, "----", {"A": "perm"})]):
-            inst = build(dt, labels, _PLANE_EXT, layouts, seed=seed, alpha=alpha, beta=bet,
-                         ops=ops, c_mode=c_mode)
-            routes.append(_check_compiled(inst))
+        routes = _variants(dt, shape, _PLANE_EXT, [
+            ("none", "----", {}), ("own", "cc-c", {"B": "neg", "C": "perm"}),
+            ("d", "c-cc", {"A": "sub", "D": "sub_mixed"}), ("nan", "-c-c", {"B": "sub_neg"}),
+            ("own", "----", {"A": "perm"})])
     assert "packed in D's order" in routes[0], routes
 
 
