@@ -692,7 +692,6 @@ static npy_intp abs_stride(npy_intp s) { return s < 0 ? -s : s; }
  * stand-alone test; memcpy 1.3). Chosen at run time (tile_simd), on x86-64 only. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define TILE_SIMD 1
 __attribute__((target("avx2"))) static void tile_f32(const char *s, npy_intp ss, char *d,
                                                       npy_intp ds) {
     for (int i0 = 0; i0 < COPY_TILE; i0 += 8)
@@ -712,7 +711,8 @@ __attribute__((target("avx2"))) static void tile_f32(const char *s, npy_intp ss,
             }
             char *y = d + j0 * ds + i0 * 4;
             for (int k = 0; k < 4; ++k) {
-                _mm256_storeu_ps((float *)(y + k * ds), _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+                _mm256_storeu_ps((float *)(y + k * ds),
+                                 _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
                 _mm256_storeu_ps((float *)(y + (k + 4) * ds),
                                  _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
             }
@@ -742,19 +742,16 @@ static int tile_simd(void) {
     }
     return known;
 }
-#else
-#define TILE_SIMD 0
-static void tile_f32(const char *s, npy_intp ss, char *d, npy_intp ds) {
-    (void)s, (void)ss, (void)d, (void)ds;
-}
-static void tile_f64(const char *s, npy_intp ss, char *d, npy_intp ds) {
-    (void)s, (void)ss, (void)d, (void)ds;
-}
-static int tile_simd(void) { return 0; }
 #endif
+/* No register tiles: the element loop (tiled_copy16; on other CPUs, every size). */
 static void tile_none(const char *s, npy_intp ss, char *d, npy_intp ds) {
     (void)s, (void)ss, (void)d, (void)ds;
 }
+#if !(defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
+#define tile_f32 tile_none
+#define tile_f64 tile_none
+static int tile_simd(void) { return 0; }
+#endif
 
 /* dst = src over nd axes (byte strides; no axis of extent < 2), the elements ``item`` bytes
  * each. Axis ``a`` is dst's fastest, axis ``b`` src's fastest (a != b): both are walked in
@@ -776,8 +773,8 @@ static void tile_none(const char *s, npy_intp ss, char *d, npy_intp ds) {
                 for (npy_intp i0 = 0; i0 < ea; i0 += COPY_TILE) {                               \
                     const npy_intp i1 = i0 + COPY_TILE < ea ? i0 + COPY_TILE : ea;              \
                     if (simd && i1 - i0 == COPY_TILE && j1 - j0 == COPY_TILE) {                 \
-                        TILE_FN(src + os + i0 * ssa + j0 * ssb, ssa, dst + od + j0 * dsb + i0 * dsa, \
-                                dsb);                                                           \
+                        TILE_FN(src + os + i0 * ssa + j0 * ssb, ssa,                           \
+                                dst + od + j0 * dsb + i0 * dsa, dsb);                           \
                         continue;                                                               \
                     }                                                                           \
                     for (npy_intp j = j0; j < j1; ++j) {                                        \
