@@ -498,6 +498,32 @@ def test_gemm_sized_products_with_thin_blocks(inst: Instance) -> None:
         _check_compiled(inst)
 
 
+# TTGT packs that sum an operand's own label (x, y) by rows, the source running along a kept
+# label faster than along the summed one (x between i and k, outermost, between k and i; two of
+# B's, one of them its fastest: summed element by element), packs that copy in another order
+# than the destination's (a batch label between free and contracted ones), and D whose fastest
+# label is a batch label (the GEMMs then follow D's fastest free label: D^T = B^T A^T here).
+_PACK_SHAPES = [("ixk", "kj", "ij"), ("xik", "kj", "ji"), ("kxi", "kj", "ij"),
+                ("ik", "kxjy", "ij"), ("ibk", "kbj", "ijb"), ("bhyno", "fbrh", "rfoyb")]
+_PACK_EXT = {"i": 24, "j": 20, "k": 18, "x": 5, "y": 3, "b": 4, "h": 6, "n": 3, "o": 9, "f": 4,
+             "r": 5}
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _PACK_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_ttgt_packs_sum_by_rows_and_copy_in_blocks(dt: Datatype,
+                                                   shape: tuple[str, str, str]) -> None:
+    """Each pack (conjugated, summing, permuting; from permuted, padded and negative layouts)
+    and the store with the epilogue, against the oracle."""
+    routes = _variants(dt, shape, _PACK_EXT, [
+        ("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+        ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+        ("nan", "-c-c", {"A": "sub_neg"})])
+    assert all(r.startswith("compiled: ttgt") for r in routes), routes
+    if shape[2] == "rfoyb":
+        assert "D^T = B^T A^T" in routes[0], routes
+
+
 def _planes(block_bytes: int = 96) -> contextlib.AbstractContextManager[None]:
     """Run every elementwise nest whose A or B runs along another label than D block by block
     (tiny data: blocks of ``block_bytes``, labels of any extent and stride)."""
