@@ -145,6 +145,10 @@ typedef struct {
      * multiplied while in cache (run_ttgt_blocked). */
     int blocked, block_axis;
     npy_intp block, block_unit;
+    /* with blocks and a store (C given, or D not lying as T): the blocked label's place in the
+     * store nest, each block's rows (columns) of T stored from a worker's buffer of bytes_t
+     * (T's strides tst those of that buffer); -1: T whole, then stored */
+    int block_store;
     /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
      * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
      * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
@@ -1359,17 +1363,20 @@ static void run_store_split(const Program *p, cval al, cval be, const char *T, c
                             char *D);
 
 static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char *B,
-                            const char *pa, const char *pb, char *out);
+                            const char *pa, const char *pb, char *out, cval sal, cval sbe,
+                            const char *C, char *D);
 
 static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
                     const char *C, char *D, int *direct) {
     const int into_d = p->d_direct && !C;
+    /* blocks of T stored into D each while in cache: no T as large as D */
+    const int per_block = p->blocked >= 0 && p->block_store >= 0 && !into_d;
     /* a blocked thick operand is packed block by block, never whole */
     char *pa = p->bytes_a && p->blocked != 0 ? scratch(p->bytes_a) : NULL;
     char *pb = p->bytes_b && p->blocked != 1 ? scratch(p->bytes_b) : NULL;
-    char *t = into_d ? NULL : scratch(p->bytes_t);
+    char *t = into_d || per_block ? NULL : scratch(p->bytes_t);
     if ((p->bytes_a && p->blocked != 0 && !pa) || (p->bytes_b && p->blocked != 1 && !pb)
-        || (!into_d && !t)) {
+        || (!into_d && !per_block && !t)) {
         free(pa);
         free(pb);
         free(t);
@@ -1379,9 +1386,10 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
     if (pb) run_pack_split(p, &p->pack_b, B, pb, p->conj[1], p->bytes_b);
     cval one = {1.0, 0.0}, zero = {0.0, 0.0};
     if (p->blocked >= 0) {
-        int failed = run_ttgt_blocked(p, into_d ? al : one, A, B, pa, pb, into_d ? D : t);
+        int failed = run_ttgt_blocked(p, into_d ? al : one, A, B, pa, pb, into_d ? D : t, al,
+                                      be, C, per_block ? D : NULL);
         if (!failed && into_d && direct) *direct = 1;
-        if (!failed && !into_d) run_store_split(p, al, be, t, C, D);
+        if (!failed && !into_d && !per_block) run_store_split(p, al, be, t, C, D);
         free(pa);
         free(pb);
         free(t);
@@ -1834,8 +1842,9 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (kind == K_TTGT) {
         PyObject *na, *nbk, *tst;
         long long ba, bb, bt, blk, unit;
-        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLi", &na, &nbk, &tst, &ba, &bb, &bt, &p->d_direct,
-                              &p->blocked, &blk, &unit, &p->block_axis) ||
+        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLii", &na, &nbk, &tst, &ba, &bb, &bt,
+                              &p->d_direct, &p->blocked, &blk, &unit, &p->block_axis,
+                              &p->block_store) ||
             read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
             read_intps(tst, p->tst, MAXL, &n, "T strides"))
             goto fail;
@@ -1844,7 +1853,8 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->bytes_t = bt;
         p->block = blk;
         p->block_unit = unit;
-        if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1))) {
+        if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1))
+            || p->block_store >= p->nout || (p->block_store >= 0 && p->blocked < 0)) {
             PyErr_SetString(PyExc_ValueError, "TTGT: malformed blocks");
             goto fail;
         }
@@ -1873,6 +1883,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             const int ax = p->block_axis;
             if (p->nb || ax < 0 || ax >= tn->nout
                 || tn->ext[ax] * p->block_unit != (thick_left ? m : nn)
+                || (p->block_store >= 0 && p->ext[p->block_store] != tn->ext[ax])
                 || (thick_left ? p->ta : p->tb) == CONJ_TRANS) {
                 PyErr_SetString(PyExc_ValueError, "TTGT: blocks that are not rows of T");
                 goto fail;
@@ -2759,6 +2770,17 @@ typedef struct {
     const char *x, *o;
     char *out, *buf;
     npy_intp start, stop; /* this worker's indices of src's first axis */
+    /* each block's rows (columns) of T stored into D while in cache (`store`: the program,
+     * whose store nest's label `block_store` is the blocked one), from the worker's `tbuf` of
+     * `tbytes` (leading dimension `tldd`) */
+    const Program *store;
+    cval sal, sbe;
+    const char *C;
+    char *D;
+    int64_t tldd;
+    char *tbuf;
+    npy_intp tbytes;
+    Program *sub; /* the worker's copy of `store`, its blocked label cut to each block */
 } PackedJob;
 
 static void *packed_work(void *arg);
@@ -2768,6 +2790,7 @@ static void packed_task(void *arg) { packed_work(arg); }
 static void *packed_work(void *arg) {
     PackedJob *j = (PackedJob *)arg;
     const cval zero = {0.0, 0.0};
+    Program *sub = j->sub;
     for (npy_intp i0 = j->start; i0 < j->stop; i0 += j->block) {
         const npy_intp cnt = i0 + j->block <= j->stop ? j->block : j->stop - i0;
         const npy_intp r = cnt * j->unit;
@@ -2780,12 +2803,20 @@ static void *packed_work(void *arg) {
             default: pack_c128(&j->nest, x, j->buf, j->conj); break;
         }
         const int64_t ldb = j->buf_t ? r : j->k;
+        char *out = sub ? j->tbuf : j->out + i0 * j->unit * (j->col_major ? j->item : j->dr);
+        const int64_t ldd = sub ? j->tldd : j->ldd;
         if (j->col_major)
             gemm_raw(j->dt, j->t_oth, j->buf_t ? NO_TRANS : TRANS, j->n, r, j->k, j->al, j->o,
-                     j->ldo, j->buf, ldb, zero, j->out + i0 * j->unit * j->item, j->ldd);
+                     j->ldo, j->buf, ldb, zero, out, ldd);
         else
             gemm_raw(j->dt, j->buf_t ? TRANS : NO_TRANS, j->t_oth, r, j->n, j->k, j->al, j->buf,
-                     ldb, j->o, j->ldo, zero, j->out + i0 * j->unit * j->dr, j->ldd);
+                     ldb, j->o, j->ldo, zero, out, ldd);
+        if (sub) {
+            const int l = j->store->block_store;
+            sub->ext[l] = cnt;
+            run_store(sub, j->sal, j->sbe, j->tbuf, j->C ? j->C + i0 * sub->st[2][l] : NULL,
+                      j->D + i0 * sub->st[3][l]);
+        }
     }
     return NULL;
 }
@@ -2807,10 +2838,17 @@ static int packed_run(const PackedJob *job, int threads) {
         jobs[w].start = blocks * w / workers * block;
         jobs[w].stop = w + 1 < workers ? blocks * (w + 1) / workers * block : first;
         jobs[w].buf = scratch(bytes);
-        ready = ready && jobs[w].buf;
+        jobs[w].tbuf = job->store ? scratch(job->tbytes) : NULL;
+        jobs[w].sub = job->store ? malloc(sizeof(Program)) : NULL;
+        if (jobs[w].sub) memcpy(jobs[w].sub, job->store, sizeof(Program));
+        ready = ready && jobs[w].buf && (!job->store || (jobs[w].tbuf && jobs[w].sub));
     }
-    if (!ready) {
-        for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+    if (!ready) { /* nothing written */
+        for (int w = 0; w < workers; ++w) {
+            free(jobs[w].buf);
+            free(jobs[w].tbuf);
+            free(jobs[w].sub);
+        }
         return 1;
     }
     const int outside = workers > 1 ? blas_single_enter() : 0;
@@ -2833,14 +2871,19 @@ static int packed_run(const PackedJob *job, int threads) {
         packed_work(&jobs[0]);
     }
     if (outside) blas_single_leave();
-    for (int w = 0; w < workers; ++w) free(jobs[w].buf);
+    for (int w = 0; w < workers; ++w) {
+        free(jobs[w].buf);
+        free(jobs[w].tbuf);
+        free(jobs[w].sub);
+    }
     return 0;
 }
 
 /* TTGT's GEMM with its thick operand packed in blocks (Program.blocked): T (or D, `out`) =
  * alpha op(left) op(right), the other operand packed already (pa/pb, or read in place). */
 static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char *B,
-                            const char *pa, const char *pb, char *out) {
+                            const char *pa, const char *pb, char *out, cval sal, cval sbe,
+                            const char *C, char *D) {
     const int thick_b = p->blocked == 1;
     const int thick_left = thick_b == (p->swap != 0); /* the GEMM's left operand is B on swap */
     PackedJob job;
@@ -2871,6 +2914,15 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
         job.n = p->m;
         job.t_oth = p->ta;
         job.ldo = p->lda;
+    }
+    if (D) { /* each block into the worker's T, stored into D (D = NULL: into `out`) */
+        job.store = p;
+        job.sal = sal;
+        job.sbe = sbe;
+        job.C = C;
+        job.D = D;
+        job.tldd = thick_left ? p->ldd : p->block * p->block_unit;
+        job.tbytes = p->bytes_t;
     }
     return packed_run(&job, pool_workers(job.first, 1));
 }
@@ -2903,6 +2955,7 @@ static PyObject *packed_gemm(PyObject *self, PyObject *args) {
         || !PyArray_ISNOTSWAPPED(src) || !PyArray_ISNOTSWAPPED(oth))
         Py_RETURN_FALSE;
     PackedJob job;
+    memset(&job, 0, sizeof(job));
     const npy_intp item = PyArray_ITEMSIZE(d);
     npy_intp m = 1, k = 1;
     const int axis = summed_first ? nd - rows : 0; /* the first of d's row axes */

@@ -30,6 +30,7 @@ import pytapp
 from pytapp import Handle, TensorInfo, TensorProduct
 from pytapp.analysis import program as lowering
 from pytapp.analysis.program import GEMM_MIN_MADDS, RELEASE_GIL_FLOPS
+from pytapp.analysis.spec import build_spec
 from pytapp.conformance import CASES, Instance, OperandData, check_result, expected_result
 from pytapp.conformance.generators import make_operand, random_values
 from pytapp.conformance.instance import Operands
@@ -463,9 +464,13 @@ def _lowering(**values: Any) -> Iterator[None]:
             lowering._lower.cache_clear()
 
 
-def _thin_blocks() -> contextlib.AbstractContextManager[None]:
-    """Pack every thin TTGT GEMM's thick operand in blocks of one index (tiny data)."""
-    return _lowering(TTGT_BLOCK_MIN_BYTES=0, PACK_BLOCK_BYTES=1, THIN_REREAD=0)
+def _thin_blocks(block_bytes: int = 1,
+                 store_bytes: int = 1 << 62) -> contextlib.AbstractContextManager[None]:
+    """Pack every thin TTGT GEMM's thick operand in blocks (tiny data): of one index, or with
+    a large ``block_bytes`` of half the indices (the last block shorter where they are odd);
+    with a small ``store_bytes``, each block's part of T stored into D by itself."""
+    return _lowering(TTGT_BLOCK_MIN_BYTES=0, PACK_BLOCK_BYTES=block_bytes, THIN_REREAD=0,
+                     TTGT_STORE_MAX_BYTES=store_bytes)
 
 
 # Thin GEMMs (one side at most THIN_MAX) whose thick side is T's rows (A's free labels i, x),
@@ -481,20 +486,50 @@ _THIN_EXT = {"i": 4, "j": 5, "k": 34, "x": 9, "y": 7, "z": 2}
 def test_thin_ttgt_packs_its_thick_operand_in_blocks(dt: Datatype,
                                                      shape: tuple[str, str, str]) -> None:
     """Each block packed (conjugated, summing isolated labels) and multiplied into its rows or
-    columns of T, or of D itself without C; then the store with the epilogue."""
-    with _thin_blocks():
-        routes = _variants(dt, shape, _THIN_EXT, [
-            ("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
-            ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
-            ("nan", "-c-c", {"A": "sub_neg"})])
-    assert any("in blocks of" in r for r in routes), routes
+    columns of T, or of D itself without C; each block of T then stored into D with the
+    epilogue."""
+    for block_bytes, store_bytes in ((1, 1 << 62), (1 << 40, 0), (1, 0)):
+        with _thin_blocks(block_bytes, store_bytes):
+            routes = _variants(dt, shape, _THIN_EXT, [
+                ("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+                ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+                ("nan", "-c-c", {"A": "sub_neg"})])
+        assert any("in blocks of" in r for r in routes), routes
+
+
+def test_thin_blocks_count_one_workers_scratch_not_the_thick_operand() -> None:
+    """A thin product whose thick operand alone exceeds TTGT_MAX_BYTES lowers when its blocks
+    are at most BLOCK_LEAN_BYTES (it is never packed whole), not when they are larger; each
+    block's part of T is then stored by itself where T would reach TTGT_STORE_MAX_BYTES."""
+    f64 = Datatype.F64
+    ext = {"i": 64, "x": 32, "k": 40, "j": 6, "y": 2}  # (y: summed while packing)
+
+    def operand(labels: str) -> tuple[Datatype, tuple[int, ...], tuple[int, ...], str, int]:
+        shape = tuple(ext[x] for x in labels)
+        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+        return (f64, shape, strides, labels, 0)
+
+    spec = build_spec(a=operand("ixky"), b=operand("kj"), c=operand("ixj"), d=operand("ixj"),
+                      prec=Prectype.DEFAULT)
+    thick = 64 * 32 * 40 * 8  # packed
+    common = {"TTGT_BLOCK_MIN_BYTES": 0, "PACK_BLOCK_BYTES": 1, "THIN_REREAD": 0,
+              "TTGT_MAX_BYTES": thick // 2}
+    with _lowering(**common, BLOCK_LEAN_BYTES=1 << 30, TTGT_STORE_MAX_BYTES=0):
+        lean = lowering.lower(spec)
+    with _lowering(**common, BLOCK_LEAN_BYTES=1):
+        whole = lowering.lower(spec)
+    assert lean is not None and lean.pack is not None, lean
+    assert lean.pack.blocked == 0 and lean.pack.block_store >= 0, lean.pack
+    assert lean.pack.scratch_bytes(1) < thick // 2 < lean.pack.bytes_a
+    assert whole is None
 
 
 @_settings
 @given(inst=compiled_products(gemm=True))
 def test_gemm_sized_products_with_thin_blocks(inst: Instance) -> None:
-    """The Hypothesis products again, every thin TTGT GEMM packing its thick side in blocks."""
-    with _thin_blocks():
+    """The Hypothesis products again, every thin TTGT GEMM packing its thick side in blocks,
+    each block's part of T stored into D by itself."""
+    with _thin_blocks(store_bytes=0):
         _check_compiled(inst)
 
 
