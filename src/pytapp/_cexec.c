@@ -149,6 +149,12 @@ typedef struct {
      * store nest, each block's rows (columns) of T stored from a worker's buffer of bytes_t
      * (T's strides tst those of that buffer); -1: T whole, then stored */
     int block_store;
+    /* with blocks of a batch of GEMMs: per batch label its extent, the thick operand's byte
+     * stride and its place in the store nest; the other operand's bytes per GEMM */
+    int nbb;
+    npy_intp bbext[MAXL], bbsrc[MAXL];
+    int bblab[MAXL];
+    npy_intp block_other;
     /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
      * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
      * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
@@ -1370,7 +1376,7 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
                     const char *C, char *D, int *direct) {
     const int into_d = p->d_direct && !C;
     /* blocks of T stored into D each while in cache: no T as large as D */
-    const int per_block = p->blocked >= 0 && p->block_store >= 0 && !into_d;
+    const int per_block = p->blocked >= 0 && p->block_store >= 0 && (!into_d || p->nbb);
     /* a blocked thick operand is packed block by block, never whole */
     char *pa = p->bytes_a && p->blocked != 0 ? scratch(p->bytes_a) : NULL;
     char *pb = p->bytes_b && p->blocked != 1 ? scratch(p->bytes_b) : NULL;
@@ -1386,9 +1392,10 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
     if (pb) run_pack_split(p, &p->pack_b, B, pb, p->conj[1], p->bytes_b);
     cval one = {1.0, 0.0}, zero = {0.0, 0.0};
     if (p->blocked >= 0) {
-        int failed = run_ttgt_blocked(p, into_d ? al : one, A, B, pa, pb, into_d ? D : t, al,
+        const int gemm_d = into_d && !per_block; /* the GEMMs write D with alpha */
+        int failed = run_ttgt_blocked(p, gemm_d ? al : one, A, B, pa, pb, gemm_d ? D : t, al,
                                       be, C, per_block ? D : NULL);
-        if (!failed && into_d && direct) *direct = 1;
+        if (!failed && gemm_d && direct) *direct = 1;
         if (!failed && !into_d && !per_block) run_store_split(p, al, be, t, C, D);
         free(pa);
         free(pb);
@@ -1701,6 +1708,24 @@ static int read_intps(PyObject *seq, npy_intp *out, int max, int *count, const c
 }
 
 /* (nout, extents, source byte strides) of a packing nest; the destination is contiguous. */
+/* The batch labels of blocked GEMMs: ((extent, thick byte stride, store label), ...). */
+static int read_block_batch(PyObject *t, Program *p) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > MAXL) {
+        PyErr_SetString(PyExc_ValueError, "TTGT: malformed batch of blocks");
+        return 1;
+    }
+    p->nbb = (int)PyTuple_GET_SIZE(t);
+    for (int b = 0; b < p->nbb; ++b) {
+        long long e, st;
+        int lab;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(t, b), "LLi", &e, &st, &lab)) return 1;
+        p->bbext[b] = e;
+        p->bbsrc[b] = st;
+        p->bblab[b] = lab;
+    }
+    return 0;
+}
+
 static int read_nest(PyObject *t, Nest *n) {
     PyObject *ext, *src;
     if (!PyArg_ParseTuple(t, "iOO", &n->nout, &ext, &src)) return -1;
@@ -1842,18 +1867,26 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (kind == K_TTGT) {
         PyObject *na, *nbk, *tst;
         long long ba, bb, bt, blk, unit;
-        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLii", &na, &nbk, &tst, &ba, &bb, &bt,
+        PyObject *bbatch;
+        long long other;
+        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLiiOL", &na, &nbk, &tst, &ba, &bb, &bt,
                               &p->d_direct, &p->blocked, &blk, &unit, &p->block_axis,
-                              &p->block_store) ||
+                              &p->block_store, &bbatch, &other) ||
+            read_block_batch(bbatch, p) ||
             read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
             read_intps(tst, p->tst, MAXL, &n, "T strides"))
             goto fail;
         p->bytes_a = ba;
         p->bytes_b = bb;
         p->bytes_t = bt;
+        p->block_other = other;
         p->block = blk;
         p->block_unit = unit;
-        if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1))
+        int bad_batch = p->nbb && (p->block_store < 0 || other < 0);
+        for (int b = 0; b < p->nbb && !bad_batch; ++b)
+            bad_batch = p->bbext[b] < 1 || p->bblab[b] < 0 || p->bblab[b] >= p->nout
+                        || p->ext[p->bblab[b]] != p->bbext[b] || p->bblab[b] == p->block_store;
+        if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1)) || bad_batch
             || p->block_store >= p->nout || (p->block_store >= 0 && p->blocked < 0)) {
             PyErr_SetString(PyExc_ValueError, "TTGT: malformed blocks");
             goto fail;
@@ -1881,7 +1914,10 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             const Nest *tn = p->blocked ? &p->pack_b : &p->pack_a;
             const int thick_left = (p->blocked == 1) == (p->swap != 0);
             const int ax = p->block_axis;
-            if (p->nb || ax < 0 || ax >= tn->nout
+            npy_intp gemms = 1, listed = 1;
+            for (int b = 0; b < p->nb; ++b) gemms *= p->bext[b];
+            for (int b = 0; b < p->nbb; ++b) listed *= p->bbext[b];
+            if ((p->nb && (!p->nbb || gemms != listed)) || ax < 0 || ax >= tn->nout
                 || tn->ext[ax] * p->block_unit != (thick_left ? m : nn)
                 || (p->block_store >= 0 && p->ext[p->block_store] != tn->ext[ax])
                 || (thick_left ? p->ta : p->tb) == CONJ_TRANS) {
@@ -2791,10 +2827,28 @@ static void *packed_work(void *arg) {
     PackedJob *j = (PackedJob *)arg;
     const cval zero = {0.0, 0.0};
     Program *sub = j->sub;
-    for (npy_intp i0 = j->start; i0 < j->stop; i0 += j->block) {
-        const npy_intp cnt = i0 + j->block <= j->stop ? j->block : j->stop - i0;
+    const npy_intp per = (j->first + j->block - 1) / j->block; /* blocks per GEMM */
+    const Program *q = j->store;
+    if (sub)
+        for (int b = 0; b < q->nbb; ++b) sub->ext[q->bblab[b]] = 1;
+    for (npy_intp u = j->start; u < j->stop; ++u) { /* block u % per of GEMM u / per */
+        const npy_intp i0 = u % per * j->block;
+        const npy_intp cnt = i0 + j->block <= j->first ? j->block : j->first - i0;
         const npy_intp r = cnt * j->unit;
-        const char *x = j->x + i0 * j->nest.st[0][j->axis];
+        const char *x = j->x + i0 * j->nest.st[0][j->axis], *o = j->o;
+        const char *c = j->C;
+        char *d = j->D;
+        if (q && q->nbb) { /* the GEMM's batch element: offsets of its labels */
+            npy_intp h = u / per;
+            o += h * q->block_other;
+            for (int b = q->nbb - 1; b >= 0; --b) {
+                const npy_intp idx = h % q->bbext[b];
+                h /= q->bbext[b];
+                x += idx * q->bbsrc[b];
+                if (c) c += idx * q->st[2][q->bblab[b]];
+                d += idx * q->st[3][q->bblab[b]];
+            }
+        }
         j->nest.ext[j->axis] = cnt;
         switch (j->dt) {
             case DT_F32: pack_f32(&j->nest, x, j->buf, j->conj); break;
@@ -2806,28 +2860,32 @@ static void *packed_work(void *arg) {
         char *out = sub ? j->tbuf : j->out + i0 * j->unit * (j->col_major ? j->item : j->dr);
         const int64_t ldd = sub ? j->tldd : j->ldd;
         if (j->col_major)
-            gemm_raw(j->dt, j->t_oth, j->buf_t ? NO_TRANS : TRANS, j->n, r, j->k, j->al, j->o,
+            gemm_raw(j->dt, j->t_oth, j->buf_t ? NO_TRANS : TRANS, j->n, r, j->k, j->al, o,
                      j->ldo, j->buf, ldb, zero, out, ldd);
         else
             gemm_raw(j->dt, j->buf_t ? TRANS : NO_TRANS, j->t_oth, r, j->n, j->k, j->al, j->buf,
-                     ldb, j->o, j->ldo, zero, out, ldd);
+                     ldb, o, j->ldo, zero, out, ldd);
         if (sub) {
-            const int l = j->store->block_store;
+            const int l = q->block_store;
             sub->ext[l] = cnt;
-            run_store(sub, j->sal, j->sbe, j->tbuf, j->C ? j->C + i0 * sub->st[2][l] : NULL,
-                      j->D + i0 * sub->st[3][l]);
+            run_store(sub, j->sal, j->sbe, j->tbuf, c ? c + i0 * sub->st[2][l] : NULL,
+                      d + i0 * sub->st[3][l]);
         }
     }
     return NULL;
 }
 
-/* Run `job` (all but its buffer and share) in blocks of its first axis shared out over
- * `threads` workers, each with a one-thread BLAS, on the BLAS's own pool where it has one (no
- * more workers than its threads); else one worker and the BLAS's threads. Called without the
- * GIL; 1 when memory for the blocks ran out (nothing written). */
+/* Run `job` (all but its buffer and share) in blocks of its first axis (of each GEMM of its
+ * program's batch) shared out over `threads` workers, each with a one-thread BLAS, on the
+ * BLAS's own pool where it has one (no more workers than its threads); else one worker and
+ * the BLAS's threads. Called without the GIL; 1 when memory for the blocks ran out (nothing
+ * written). */
 static int packed_run(const PackedJob *job, int threads) {
     const npy_intp first = job->first, block = job->block;
-    const npy_intp blocks = (first + block - 1) / block;
+    npy_intp gemms = 1;
+    if (job->store)
+        for (int b = 0; b < job->store->nbb; ++b) gemms *= job->store->bbext[b];
+    const npy_intp blocks = (first + block - 1) / block * gemms;
     const npy_intp bytes = block * job->unit * job->k * job->item;
     int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
     if (workers > blocks) workers = (int)blocks;
@@ -2835,8 +2893,8 @@ static int packed_run(const PackedJob *job, int threads) {
     int ready = 1;
     for (int w = 0; w < workers; ++w) {
         jobs[w] = *job;
-        jobs[w].start = blocks * w / workers * block;
-        jobs[w].stop = w + 1 < workers ? blocks * (w + 1) / workers * block : first;
+        jobs[w].start = blocks * w / workers;
+        jobs[w].stop = blocks * (w + 1) / workers;
         jobs[w].buf = scratch(bytes);
         jobs[w].tbuf = job->store ? scratch(job->tbytes) : NULL;
         jobs[w].sub = job->store ? malloc(sizeof(Program)) : NULL;
@@ -2854,7 +2912,7 @@ static int packed_run(const PackedJob *job, int threads) {
     const int outside = workers > 1 ? blas_single_enter() : 0;
     if (outside > 1 && g_pool_run && !g_in_pool) {
         const int n = workers < outside ? workers : outside;
-        jobs[n - 1].stop = first; /* the last one takes the shares of workers not run */
+        jobs[n - 1].stop = blocks; /* the last one takes the shares of workers not run */
         g_pool_run(n, (void *)packed_task, jobs, (int)sizeof(PackedJob));
     } else if (outside > 1 && !g_in_pool) {
         pthread_t tid[MAX_WORKERS];
@@ -2867,7 +2925,7 @@ static int packed_run(const PackedJob *job, int threads) {
             else packed_work(&jobs[w]); /* no thread to be had: this one does it */
         }
     } else {
-        jobs[0].stop = first;
+        jobs[0].stop = blocks;
         packed_work(&jobs[0]);
     }
     if (outside) blas_single_leave();
