@@ -619,7 +619,7 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
             # `width`
             t_block = {x: 0 if x in h else s if side == 0 or x not in lfree
                        else s // max(cols, 1) * width for x, s in t_contig.items()}
-            thick = (left, right)[side]
+            thick = left if side == 0 else right
             by_label = dict(zip(thick.modes.labels, thick.modes.strides, strict=True))
             pack = replace(pack, t_strides=tuple(t_block.get(x, 0) for x in out),
                            bytes_t=(width * cols if side == 0 else rows * width) * item,
