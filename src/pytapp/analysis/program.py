@@ -1203,7 +1203,11 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         packed = [r + (f" in blocks of {pack.block_bytes >> 10} KiB"
                        if pack.blocked == "AB".index(r) else "")
                   for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
-        into = ("gemm into D (without C), else into a temporary stored into D with the "
+        into = ("each block's gemm into a buffer, stored into D with the epilogue while in "
+                "cache" if pack.block_store >= 0 and (pack.block_batch or not pack.d_direct) else
+                "gemm into D (without C), else each block's into a buffer, stored into D with "
+                "the epilogue while in cache" if pack.block_store >= 0 else
+                "gemm into D (without C), else into a temporary stored into D with the "
                 "epilogue" if pack.d_direct else
                 "gemm into a temporary, stored into D with the epilogue")
         description = (f"compiled: ttgt [h={prod(gemm_step.batch_extents)}, m={gemm_step.m}, "
