@@ -848,8 +848,9 @@ static int pack_tiled(const Nest *n, const char *src, char *dst, npy_intp item) 
  * plain loop writing a run), the others go outermost first by the smaller of their two strides
  * (source's, destination's: contiguous in the nest's order, in st[1]), so that the labels either
  * side runs along fastest stay inner and both sides touch compact blocks. In the destination's
- * order a label inner in the source but outer in the destination (TTGT's batch label, say) made
- * each pass over the source touch every page of it: a 38.5 MB F64 pack took 16 ms. */
+ * order a label inner in the source but outer in the destination (TTGT's batch label, say)
+ * made each pass over the source touch all of it: easzg,nzgikes->ikaen (C64) 38 -> 25 ms,
+ * bfsjtlv,lsjgt->sbvgf (F32) 21 -> 18 ms; 39 seeded TTGT products 0.94-1.51x, geomean 1.01. */
 static void copy_order(const Nest *n, npy_intp item, Nest *m) {
     const int nout = n->nout;
     npy_intp dst[MAXL], key[MAXL], step = item;
