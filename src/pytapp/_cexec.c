@@ -851,13 +851,21 @@ static int pack_tiled(const Nest *n, const char *src, char *dst, npy_intp item) 
  * order a label inner in the source but outer in the destination (TTGT's batch label, say)
  * made each pass over the source touch all of it: easzg,nzgikes->ikaen (C64) 38 -> 25 ms,
  * bfsjtlv,lsjgt->sbvgf (F32) 21 -> 18 ms; 39 seeded TTGT products 0.94-1.51x, geomean 1.01. */
-static void copy_order(const Nest *n, npy_intp item, Nest *m) {
-    const int nout = n->nout;
-    npy_intp dst[MAXL], key[MAXL], step = item;
-    for (int l = nout - 1; l >= 0; --l) {
+/* The byte strides of a pack's destination: contiguous over the nest's kept labels, in order
+ * (0 for its summed labels). */
+static void pack_strides(const Nest *n, npy_intp item, npy_intp *dst) {
+    npy_intp step = item;
+    for (int l = n->nout - 1; l >= 0; --l) {
         dst[l] = step;
         step *= n->ext[l];
     }
+    for (int l = n->nout; l < n->nl; ++l) dst[l] = 0;
+}
+
+static void copy_order(const Nest *n, npy_intp item, Nest *m) {
+    const int nout = n->nout;
+    npy_intp dst[MAXL], key[MAXL];
+    pack_strides(n, item, dst);
     int order[MAXL];
     for (int l = 0; l < nout - 1; ++l) {
         const npy_intp a = abs_stride(n->st[0][l]), b = abs_stride(dst[l]);
@@ -946,12 +954,7 @@ static int pack_row_label(const Nest *n) {
         if (r_ >= 0) { /* rows of the kept label the source runs along, each summed in place */ \
             Nest m_ = *n; /* st[1]: the destination's strides; the row label out of the odometer */ \
             const npy_intp w = CPLX ? 2 : 1, z = w * (npy_intp)sizeof(T);                       \
-            npy_intp step = z;                                                                  \
-            for (int l_ = nout - 1; l_ >= 0; --l_) {                                            \
-                m_.st[1][l_] = step;                                                            \
-                step *= n->ext[l_];                                                             \
-            }                                                                                   \
-            for (int l_ = nout; l_ < nl; ++l_) m_.st[1][l_] = 0;                                \
+            pack_strides(n, z, m_.st[1]);                                                       \
             const npy_intp e = n->ext[r_], s = n->st[0][r_], ds = m_.st[1][r_];                 \
             m_.ext[r_] = 1;                                                                     \
             T buf[2 * PACK_ROW_CHUNK]; /* a row's sums, contiguous, then stored */              \
