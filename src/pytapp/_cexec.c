@@ -917,6 +917,26 @@ static int pack_row_label(const Nest *n) {
     return near >= PACK_ROW_FAR && n->ext[r] < PACK_ROW_FAR_MIN ? -1 : r;
 }
 
+/* The kept labels of a row-sum nest (st[1]: the destination's strides) reordered by the source's
+ * strides, largest first (ties in their order): the rows are independent, and walked so they
+ * read the source along its memory (rows of the same summed terms next to each other) where
+ * the destination's order can jump across it on every row (xmtqspf summing t into [p][x][q][m]
+ * [s][f], p the source's 136-byte stride: each p a pass over all 92 MB of the source). */
+static void rows_by_source(Nest *m) {
+    for (int l = 1; l < m->nout; ++l) {
+        const npy_intp e = m->ext[l], s0 = m->st[0][l], s1 = m->st[1][l];
+        int j = l;
+        for (; j > 0 && abs_stride(m->st[0][j - 1]) < abs_stride(s0); --j) {
+            m->ext[j] = m->ext[j - 1];
+            m->st[0][j] = m->st[0][j - 1];
+            m->st[1][j] = m->st[1][j - 1];
+        }
+        m->ext[j] = e;
+        m->st[0][j] = s0;
+        m->st[1][j] = s1;
+    }
+}
+
 /* dst (contiguous, in the nest's output order) = sum over its summed labels of op(src). */
 #define PACK_KERNEL(NAME, T, CPLX)                                                              \
     static void pack_##NAME(const Nest *n, const char *src, char *dst, int conj) {              \
@@ -957,6 +977,7 @@ static int pack_row_label(const Nest *n) {
             pack_strides(n, z, m_.st[1]);                                                       \
             const npy_intp e = n->ext[r_], s = n->st[0][r_], ds = m_.st[1][r_];                 \
             m_.ext[r_] = 1;                                                                     \
+            rows_by_source(&m_);                                                                \
             T buf[2 * PACK_ROW_CHUNK]; /* a row's sums, contiguous, then stored */              \
             while (!done) {                                                                     \
                 for (npy_intp i0 = 0; i0 < e; i0 += PACK_ROW_CHUNK) {                           \
@@ -1033,49 +1054,90 @@ PACK_KERNEL(f64, double, 0)
 PACK_KERNEL(c64, float, 1)
 PACK_KERNEL(c128, double, 1)
 
-/* D = op_D(alpha T + beta op_C(C)) over D's labels (st[2] C, st[3] D, tst T). */
-#define STORE_KERNEL(NAME, T, CPLX)                                                             \
-    static void store_##NAME(const Program *p, cval al, cval be, const char *Tm, const char *C, \
-                             char *D) {                                                         \
-        npy_intp idx[MAXL] = {0};                                                               \
-        npy_intp o[4] = {0, 0, 0, 0};                                                           \
-        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                     \
-        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                 \
-        const int last = p->nout - 1;                                                           \
-        const npy_intp e = last >= 0 ? p->ext[last] : 1;                                        \
-        const npy_intp s2 = last >= 0 ? p->st[2][last] : 0, s3 = last >= 0 ? p->st[3][last] : 0; \
-        const npy_intp stt = last >= 0 ? p->tst[last] : 0;                                      \
-        npy_intp ot = 0;                                                                        \
-        int done = 0;                                                                           \
-        while (!done) {                                                                         \
-            for (npy_intp i = 0; i < e; ++i) { /* the innermost label as a plain loop */       \
-                const T *t = (const T *)(Tm + ot + i * stt);                                    \
-                T *d = (T *)(D + o[3] + i * s3);                                                \
-                if (CPLX) {                                                                     \
-                    COMPLEX_FINISH(T, t[0], t[1], C + o[2] + i * s2, d);                        \
-                } else {                                                                        \
-                    T r = ar * t[0];                                                            \
-                    if (C) r += br * *(const T *)(C + o[2] + i * s2);                           \
-                    d[0] = r;                                                                   \
-                }                                                                               \
-            }                                                                                   \
-            {                                                                                   \
-                int _l = last - 1;                                                              \
-                for (; _l >= 0; --_l) {                                                         \
-                    if (++idx[_l] < p->ext[_l]) {                                               \
-                        o[2] += p->st[2][_l];                                                   \
-                        o[3] += p->st[3][_l];                                                   \
-                        ot += p->tst[_l];                                                       \
-                        break;                                                                  \
-                    }                                                                           \
-                    idx[_l] = 0;                                                                \
-                    o[2] -= (p->ext[_l] - 1) * p->st[2][_l];                                    \
-                    o[3] -= (p->ext[_l] - 1) * p->st[3][_l];                                    \
-                    ot -= (p->ext[_l] - 1) * p->tst[_l];                                        \
-                }                                                                               \
-                done = _l < 0;                                                                  \
-            }                                                                                   \
-        }                                                                                       \
+/* D = op_D(alpha T + beta op_C(C)) over D's labels (st[2] C, st[3] D, tst T). The two
+ * innermost labels run as plain loops (an odometer step per row of a few elements cost more
+ * than the row: puldr,pULDR->uUlLdDrR stores rows of 8); a row that runs along T, C and D
+ * alike is one loop the compiler vectorises. */
+#define STORE_KERNEL(NAME, T, CPLX)                                                                \
+    static void store_##NAME(const Program *p, cval al, cval be, const char *Tm, const char *C,    \
+                             char *D) {                                                            \
+        npy_intp idx[MAXL] = {0};                                                                  \
+        npy_intp o[4] = {0, 0, 0, 0};                                                              \
+        const T ar = (T)al.re, ai = (T)al.im, br = (T)be.re, bi = (T)be.im;                        \
+        const T sc = p->conj[2] ? (T)-1 : (T)1, sd = p->conj[3] ? (T)-1 : (T)1;                    \
+        const int last = p->nout - 1, next = last - 1;                                             \
+        const npy_intp e = last >= 0 ? p->ext[last] : 1;                                           \
+        const npy_intp s2 = last >= 0 ? p->st[2][last] : 0, s3 = last >= 0 ? p->st[3][last] : 0;   \
+        const npy_intp stt = last >= 0 ? p->tst[last] : 0;                                         \
+        const npy_intp e1 = next >= 0 ? p->ext[next] : 1;                                          \
+        const npy_intp s21 = next >= 0 ? p->st[2][next] : 0;                                       \
+        const npy_intp s31 = next >= 0 ? p->st[3][next] : 0, st1 = next >= 0 ? p->tst[next] : 0;   \
+        const npy_intp item = (CPLX ? 2 : 1) * (npy_intp)sizeof(T);                                \
+        const int unit = s3 == item && stt == item && (!C || s2 == item);                          \
+        npy_intp ot = 0;                                                                           \
+        int done = 0;                                                                              \
+        while (!done) {                                                                            \
+            for (npy_intp j = 0; j < e1; ++j) { /* the two innermost labels as plain loops */      \
+                const char *tj = Tm + ot + j * st1;                                                \
+                const char *cj = C ? C + o[2] + j * s21 : NULL;                                    \
+                char *dj = D + o[3] + j * s31;                                                     \
+                if (!CPLX && unit) {                                                               \
+                    const T *restrict t = (const T *)tj;                                           \
+                    T *restrict d = (T *)dj;                                                       \
+                    if (cj) {                                                                      \
+                        const T *restrict c = (const T *)cj;                                       \
+                        for (npy_intp i = 0; i < e; ++i) d[i] = ar * t[i] + br * c[i];             \
+                    } else {                                                                       \
+                        for (npy_intp i = 0; i < e; ++i) d[i] = ar * t[i];                         \
+                    }                                                                              \
+                    continue;                                                                      \
+                }                                                                                  \
+                if (CPLX && unit) {                                                                \
+                    const T *restrict t = (const T *)tj;                                           \
+                    T *restrict d = (T *)dj;                                                       \
+                    const T *restrict c = (const T *)cj;                                           \
+                    for (npy_intp i = 0; i < e; ++i) {                                             \
+                        const T tr = t[2 * i], ti = t[2 * i + 1];                                  \
+                        T rr = CMUL_RE(ar, ai, tr, ti), ri = CMUL_IM(ar, ai, tr, ti);              \
+                        if (c) {                                                                   \
+                            const T cr = c[2 * i], ci = sc * c[2 * i + 1];                         \
+                            rr += CMUL_RE(br, bi, cr, ci);                                         \
+                            ri += CMUL_IM(br, bi, cr, ci);                                         \
+                        }                                                                          \
+                        d[2 * i] = rr;                                                             \
+                        d[2 * i + 1] = sd * ri;                                                    \
+                    }                                                                              \
+                    continue;                                                                      \
+                }                                                                                  \
+                for (npy_intp i = 0; i < e; ++i) {                                                 \
+                    const T *t = (const T *)(tj + i * stt);                                        \
+                    T *d = (T *)(dj + i * s3);                                                     \
+                    if (CPLX) {                                                                    \
+                        COMPLEX_FINISH(T, t[0], t[1], cj + i * s2, d);                             \
+                    } else {                                                                       \
+                        T r = ar * t[0];                                                           \
+                        if (C) r += br * *(const T *)(cj + i * s2);                                \
+                        d[0] = r;                                                                  \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            {                                                                                      \
+                int _l = next - 1;                                                                 \
+                for (; _l >= 0; --_l) {                                                            \
+                    if (++idx[_l] < p->ext[_l]) {                                                  \
+                        o[2] += p->st[2][_l];                                                      \
+                        o[3] += p->st[3][_l];                                                      \
+                        ot += p->tst[_l];                                                          \
+                        break;                                                                     \
+                    }                                                                              \
+                    idx[_l] = 0;                                                                   \
+                    o[2] -= (p->ext[_l] - 1) * p->st[2][_l];                                       \
+                    o[3] -= (p->ext[_l] - 1) * p->st[3][_l];                                       \
+                    ot -= (p->ext[_l] - 1) * p->tst[_l];                                           \
+                }                                                                                  \
+                done = _l < 0;                                                                     \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 STORE_KERNEL(f32, float, 0)
