@@ -149,12 +149,13 @@ typedef struct {
      * store nest, each block's rows (columns) of T stored from a worker's buffer of bytes_t
      * (T's strides tst those of that buffer); -1: T whole, then stored */
     int block_store;
-    /* with blocks of a batch of GEMMs: per batch label its extent, the thick operand's byte
-     * stride and its place in the store nest; the other operand's bytes per GEMM */
+    /* with blocks and a store: the lead labels, one index of each per block (the GEMMs'
+     * batch labels, then free labels of the thick operand above the blocked one): per label
+     * its extent, the thick operand's byte stride, its place in the store nest and the other
+     * operand's byte stride (0 for a free label) */
     int nbb;
-    npy_intp bbext[MAXL], bbsrc[MAXL];
+    npy_intp bbext[MAXL], bbsrc[MAXL], bboth[MAXL];
     int bblab[MAXL];
-    npy_intp block_other;
     /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
      * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
      * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
@@ -1774,7 +1775,7 @@ static int read_intps(PyObject *seq, npy_intp *out, int max, int *count, const c
 }
 
 /* (nout, extents, source byte strides) of a packing nest; the destination is contiguous. */
-/* The batch labels of blocked GEMMs: ((extent, thick byte stride, store label), ...). */
+/* The lead labels of blocks: ((extent, thick byte stride, store label, other byte stride), ...). */
 static int read_block_batch(PyObject *t, Program *p) {
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > MAXL) {
         PyErr_SetString(PyExc_ValueError, "TTGT: malformed batch of blocks");
@@ -1782,11 +1783,12 @@ static int read_block_batch(PyObject *t, Program *p) {
     }
     p->nbb = (int)PyTuple_GET_SIZE(t);
     for (int b = 0; b < p->nbb; ++b) {
-        long long e, st;
+        long long e, st, ot;
         int lab;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(t, b), "LLi", &e, &st, &lab)) return 1;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(t, b), "LLiL", &e, &st, &lab, &ot)) return 1;
         p->bbext[b] = e;
         p->bbsrc[b] = st;
+        p->bboth[b] = ot;
         p->bblab[b] = lab;
     }
     return 0;
@@ -1934,10 +1936,9 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyObject *na, *nbk, *tst;
         long long ba, bb, bt, blk, unit;
         PyObject *bbatch;
-        long long other;
-        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLiiOL", &na, &nbk, &tst, &ba, &bb, &bt,
+        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLiiO", &na, &nbk, &tst, &ba, &bb, &bt,
                               &p->d_direct, &p->blocked, &blk, &unit, &p->block_axis,
-                              &p->block_store, &bbatch, &other) ||
+                              &p->block_store, &bbatch) ||
             read_block_batch(bbatch, p) ||
             read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
             read_intps(tst, p->tst, MAXL, &n, "T strides"))
@@ -1945,12 +1946,12 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->bytes_a = ba;
         p->bytes_b = bb;
         p->bytes_t = bt;
-        p->block_other = other;
         p->block = blk;
         p->block_unit = unit;
-        int bad_batch = p->nbb && (p->block_store < 0 || other < 0);
+        int bad_batch = p->nbb && p->block_store < 0;
         for (int b = 0; b < p->nbb && !bad_batch; ++b)
-            bad_batch = p->bbext[b] < 1 || p->bblab[b] < 0 || p->bblab[b] >= p->nout
+            bad_batch = p->bbext[b] < 1 || p->bboth[b] < 0 || p->bblab[b] < 0
+                        || p->bblab[b] >= p->nout
                         || p->ext[p->bblab[b]] != p->bbext[b] || p->bblab[b] == p->block_store;
         if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1)) || bad_batch
             || p->block_store >= p->nout || (p->block_store >= 0 && p->blocked < 0)) {
@@ -1976,15 +1977,16 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->lda = lda;
         p->ldb = ldb;
         p->ldd = ldd;
-        if (kind == K_TTGT && p->blocked >= 0) { /* each block: whole rows (columns) of T */
+        if (kind == K_TTGT && p->blocked >= 0) { /* each block: rows (columns) of T, a box of
+                                                    * its labels */
             const Nest *tn = p->blocked ? &p->pack_b : &p->pack_a;
             const int thick_left = (p->blocked == 1) == (p->swap != 0);
             const int ax = p->block_axis;
             npy_intp gemms = 1, listed = 1;
             for (int b = 0; b < p->nb; ++b) gemms *= p->bext[b];
             for (int b = 0; b < p->nbb; ++b) listed *= p->bbext[b];
-            if ((p->nb && (!p->nbb || gemms != listed)) || ax < 0 || ax >= tn->nout
-                || tn->ext[ax] * p->block_unit != (thick_left ? m : nn)
+            if ((p->nb && (!p->nbb || listed % gemms)) || ax < 0 || ax >= tn->nout
+                || tn->ext[ax] * p->block_unit * (listed / gemms) != (thick_left ? m : nn)
                 || (p->block_store >= 0 && p->ext[p->block_store] != tn->ext[ax])
                 || (thick_left ? p->ta : p->tb) == CONJ_TRANS) {
                 PyErr_SetString(PyExc_ValueError, "TTGT: blocks that are not rows of T");
@@ -2893,24 +2895,24 @@ static void *packed_work(void *arg) {
     PackedJob *j = (PackedJob *)arg;
     const cval zero = {0.0, 0.0};
     Program *sub = j->sub;
-    const npy_intp per = (j->first + j->block - 1) / j->block; /* blocks per GEMM */
+    const npy_intp per = (j->first + j->block - 1) / j->block; /* blocks per lead index */
     const Program *q = j->store;
     if (sub)
         for (int b = 0; b < q->nbb; ++b) sub->ext[q->bblab[b]] = 1;
-    for (npy_intp u = j->start; u < j->stop; ++u) { /* block u % per of GEMM u / per */
+    for (npy_intp u = j->start; u < j->stop; ++u) { /* block u % per of lead index u / per */
         const npy_intp i0 = u % per * j->block;
         const npy_intp cnt = i0 + j->block <= j->first ? j->block : j->first - i0;
         const npy_intp r = cnt * j->unit;
         const char *x = j->x + i0 * j->nest.st[0][j->axis], *o = j->o;
         const char *c = j->C;
         char *d = j->D;
-        if (q && q->nbb) { /* the GEMM's batch element: offsets of its labels */
+        if (q && q->nbb) { /* the block's indices of the lead labels: their offsets */
             npy_intp h = u / per;
-            o += h * q->block_other;
             for (int b = q->nbb - 1; b >= 0; --b) {
                 const npy_intp idx = h % q->bbext[b];
                 h /= q->bbext[b];
                 x += idx * q->bbsrc[b];
+                o += idx * q->bboth[b];
                 if (c) c += idx * q->st[2][q->bblab[b]];
                 d += idx * q->st[3][q->bblab[b]];
             }
@@ -2941,17 +2943,17 @@ static void *packed_work(void *arg) {
     return NULL;
 }
 
-/* Run `job` (all but its buffer and share) in blocks of its first axis (of each GEMM of its
- * program's batch) shared out over `threads` workers, each with a one-thread BLAS, on the
- * BLAS's own pool where it has one (no more workers than its threads); else one worker and
- * the BLAS's threads. Called without the GIL; 1 when memory for the blocks ran out (nothing
- * written). */
+/* Run `job` (all but its buffer and share) in blocks of its first axis (for each index of its
+ * program's lead labels, where it stores) shared out over `threads` workers, each with a
+ * one-thread BLAS, on the BLAS's own pool where it has one (no more workers than its
+ * threads); else one worker and the BLAS's threads. Called without the GIL; 1 when memory for
+ * the blocks ran out (nothing written). */
 static int packed_run(const PackedJob *job, int threads) {
     const npy_intp first = job->first, block = job->block;
-    npy_intp gemms = 1;
+    npy_intp lead = 1;
     if (job->store)
-        for (int b = 0; b < job->store->nbb; ++b) gemms *= job->store->bbext[b];
-    const npy_intp blocks = (first + block - 1) / block * gemms;
+        for (int b = 0; b < job->store->nbb; ++b) lead *= job->store->bbext[b];
+    const npy_intp blocks = (first + block - 1) / block * lead;
     const npy_intp bytes = block * job->unit * job->k * job->item;
     int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
     if (workers > blocks) workers = (int)blocks;
@@ -3048,7 +3050,9 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
         job.tldd = thick_left ? p->ldd : p->block * p->block_unit;
         job.tbytes = p->bytes_t;
     }
-    return packed_run(&job, pool_workers(job.first, 1));
+    npy_intp lead = 1; /* indices of the lead labels: blocks per index range of the first */
+    for (int b = 0; D && b < p->nbb; ++b) lead *= p->bbext[b];
+    return packed_run(&job, pool_workers(job.first * lead, 1));
 }
 
 /* packed_gemm(d, src, other, rows, block, threads, summed_first=False) -> bool: d[m, n] =

@@ -536,6 +536,59 @@ def test_gemm_sized_products_with_thin_blocks(inst: Instance) -> None:
         _check_compiled(inst)
 
 
+def _tiles(t_bytes: int) -> contextlib.AbstractContextManager[None]:
+    """Compute every TTGT GEMM's T in boxes of rows or columns stored into D one by one (tiny
+    data: boxes of about ``t_bytes``, at least one row; lead labels of any stride)."""
+    return _lowering(TTGT_STORE_MAX_BYTES=0, TILE_T_BYTES=t_bytes, TILE_MIN_ROWS=1,
+                     TILE_LINE=0, TILE_SOURCE_RUN=0, TTGT_BLOCK_MIN_BYTES=1 << 62)
+
+
+# GEMMs of any shape whose T is computed in boxes: its rows (A's u, l, d; D interleaves them
+# with B's), its columns where it has more of them (B's U, L, D), rows of B's labels where D
+# runs along A's (D^T = B^T A^T), a batch label (one index per box), an isolated label of the
+# boxed operand summed while packing each box, and a box of the last label only.
+_TILE_SHAPES = [("puld", "pULD", "uUlLdD"), ("pu", "pULD", "LuUD"), ("ulp", "pUL", "lULu"),
+                ("bulp", "pUbL", "LubU"), ("ulxp", "pU", "uUl"), ("up", "pUL", "LuU")]
+_TILE_EXT = {"p": 6, "u": 7, "l": 4, "d": 3, "U": 4, "L": 5, "D": 2, "b": 2, "x": 3}
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _TILE_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_ttgt_computes_t_in_boxes_stored_one_by_one(dt: Datatype,
+                                                    shape: tuple[str, str, str]) -> None:
+    """Each box packed (conjugated, summing isolated labels), multiplied into a worker's buffer
+    and stored into D with the epilogue; boxes of one row (lead labels above the last one) and
+    of a few rows (a range of a label, the last range shorter)."""
+    for t_bytes in (1, 7 * 16 * 3):
+        with _tiles(t_bytes):
+            routes = _variants(dt, shape, _TILE_EXT, [
+                ("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+                ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+                ("nan", "-c-c", {"A": "sub_neg"})])
+        assert any("each block's gemm into a buffer" in r for r in routes), routes
+
+
+def test_large_t_is_never_whole() -> None:
+    """A product whose T would be as large as its D (134 MB here) and not lie as D computes T
+    in boxes: what one run allocates is a small fraction of D."""
+    f64 = Datatype.F64
+    ext = dict.fromkeys("uldrULDR", 8) | {"p": 2}
+
+    def operand(labels: str) -> tuple[Datatype, tuple[int, ...], tuple[int, ...], str, int]:
+        shape = tuple(ext[x] for x in labels)
+        strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+        return (f64, shape, strides, labels, 0)
+
+    spec = build_spec(a=operand("puldr"), b=operand("pULDR"), c=operand("uUlLdDrR"),
+                      d=operand("uUlLdDrR"), prec=Prectype.DEFAULT)
+    lowering._lower.cache_clear()
+    low = lowering.lower(spec)
+    assert low is not None and low.pack is not None, low
+    assert low.pack.block_store >= 0 and low.pack.block_lead, low.pack
+    d_bytes = 8 ** 8 * 8
+    assert low.pack.scratch_bytes(8) < d_bytes // 8, low.pack  # eight workers
+
+
 # TTGT packs that sum an operand's own label (x, y) by rows, the source running along a kept
 # label faster than along the summed one (x between i and k, outermost, between k and i; two of
 # B's, one of them its fastest: summed element by element), packs that copy in another order

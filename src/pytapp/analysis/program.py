@@ -145,6 +145,30 @@ PACK_BLOCK_BYTES = 1 << 18
 BLOCK_LEAN_BYTES = 1 << 24
 THIN_REREAD = 4
 TTGT_BLOCK_MIN_BYTES = 1 << 23
+#: A GEMM of any other shape whose T would hold TTGT_STORE_MAX_BYTES or more, where D does not
+#: lie as T, computes T in boxes of its rows (of its columns where it has more of them), each
+#: packed, multiplied and stored into D by one worker while in cache (:func:`_row_blocks`): no
+#: temporary as large as D is made, and T is never written to memory and read back. Boxes of
+#: about TILE_T_BYTES of T (half this machine's L2), at least TILE_MIN_ROWS rows and
+#: min(TILE_GEMM_ROWS, TILE_K_ROWS * k) (each box's GEMM packs the other operand again: a wide
+#: box pays for it where k is long). The rows go in D's order; those above a box, its lead
+#: labels, must leave D runs of TILE_LINE bytes (a box writing parts of D's lines would leave
+#: the rest to a box much later) and, where the boxed operand is too large for the caches
+#: (TTGT_BLOCK_MIN_BYTES), runs of TILE_SOURCE_RUN bytes of it (``xmtqspf,kyqxp->kpsymf`` with
+#: its batch label ``p`` 136 bytes apart: each box would read parts of the same lines, 0.85x).
+#: Above TTGT_MAX_FLOPS, the route the blocked GEMMs of the executor take where they store
+#: blocks. Measured on 84 seeded random products this changes (2-core EPYC, blas's plan with C,
+#: seeds 0-700, sizes 1 and 1.4): geometric mean 1.63x the backend's plan they ran on before,
+#: 0.83-7.5x, three below 0.95x (complex, k of 70-72, or a 254 MB D the store streams at the
+#: copy rate); ``puldr,pULDR->uUlLdDrR`` (134 MB D) 22.3 -> 12.1 ms, ``kybf,amki->fyimba``
+#: 14.4 -> 10.6, ``bdai,kjcd->abcijk`` 60 -> 46. Boxes of 256 KB to 2 MB of T, 16 to 64 rows
+#: at least, measured within 3% of these (geometric means on 49 products).
+TILE_T_BYTES = 1 << 19
+TILE_MIN_ROWS = 32
+TILE_GEMM_ROWS = 128
+TILE_K_ROWS = 2
+TILE_LINE = 64
+TILE_SOURCE_RUN = 1024
 #: Fewest rows, columns and inner extent of TTGT's GEMMs: GEMV-like (one row or column) and
 #: outer products (nothing summed) stay with the backend's kernels, which read in place; a
 #: narrow GEMM (5 columns, say) is still faster packed here than by the backend in Python.
@@ -288,11 +312,11 @@ class PackStep:
     #: ``bytes_t`` (``t_strides`` that buffer's), where D is not written by the GEMMs
     #: themselves; -1: T whole, stored at the end.
     block_store: int = -1
-    #: With blocks of a batch of GEMMs (each block's T always stored by itself): per batch
-    #: label (extent, the thick operand's byte stride, its place among the store's labels),
-    #: and the bytes of the other operand per GEMM (packed, or lying, as ``[H]...``).
-    block_batch: tuple[tuple[int, int, int], ...] = ()
-    block_other: int = 0
+    #: With blocks stored: the lead labels, one index of each per block (a batch of GEMMs'
+    #: labels, then free labels of the thick operand above the blocked one, taken out of its
+    #: nest), each (extent, the thick operand's byte stride, its place among the store's
+    #: labels, the other operand's byte stride: per GEMM of a batch, 0 for a free label).
+    block_lead: tuple[tuple[int, int, int, int], ...] = ()
 
     def scratch_bytes(self, workers: int) -> int:
         """Bytes of scratch one run allocates at most with ``workers`` threads (T included)."""
@@ -306,7 +330,7 @@ class PackStep:
         """Return the executor's argument tuple."""
         return (self.nest_a, self.nest_b, self.t_strides, self.bytes_a, self.bytes_b,
                 self.bytes_t, int(self.d_direct), self.blocked, self.block, self.block_unit,
-                self.block_axis, self.block_store, self.block_batch, self.block_other)
+                self.block_axis, self.block_store, self.block_lead)
 
 
 @dataclass(frozen=True)
@@ -590,10 +614,48 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
             axis = 0 if r_t else len(p)
             nest_r, pack_r = _nest(right, [*rfree, *p, *per_gemm] if r_t else
                                    [*p, *rfree, *per_gemm], riso, spec, item)
+
+    def t_layout(lfree: Sequence[Label], rfree: Sequence[Label]) -> tuple[dict[Label, int], bool]:
+        """T's contiguous byte strides, rows and columns in these orders; whether D lies so."""
+        order = [*h, *lfree, *rfree]
+        contig = dict(zip(order, _contiguous([ext(x) for x in order], item), strict=True))
+        return contig, not spec.d.conjugates and all(
+            d_st[x] * item == contig.get(x, 0) for x in out if ext(x) > 1)
+
+    # a GEMM of any shape whose T would hold TTGT_STORE_MAX_BYTES or more, not lying as D:
+    # T computed in boxes of its rows (or columns, where it has more of them), each stored
+    # into D while in cache (see TILE_T_BYTES)
+    lead: list[Label] = []
+    if blocks is None and hh * rows * cols * item >= TTGT_STORE_MAX_BYTES and not t_layout(
+            lfree, rfree)[1]:
+        side = 0 if rows >= cols else 1
+        thick = left if side == 0 else right
+        in_d = sorted(by(spec.d, lfree if side == 0 else rfree), key=lambda x: ext(x) == 1)
+        tiles = _row_blocks([ext(x) for x in in_d], cols if side == 0 else rows, k, item)
+        if tiles is not None:
+            cut = tiles[0]
+            above = [x for x in [*(h if hh > 1 else ()), *in_d[:cut]] if ext(x) > 1]
+            if t_layout(*((in_d, rfree) if side == 0 else (lfree, in_d)))[1] or (
+                    _run_bytes(spec.d, [*above, in_d[cut]], spec, item) < TILE_LINE) or (
+                    thick.size * item >= TTGT_BLOCK_MIN_BYTES
+                    and _run_bytes(thick, above, spec, item) < TILE_SOURCE_RUN):
+                tiles = None
+        if tiles is None:
+            side = None
+        else:
+            cut, *box = tiles
+            blocks, lead = (box[0], box[1], box[2]), in_d[:cut]
+            if side == 0:
+                lfree, axis = in_d, len(p) if l_t else 0
+                nest_l, pack_l = _nest(left, [*p, *lfree[cut:], *per_gemm] if l_t else
+                                       [*lfree[cut:], *p, *per_gemm], liso, spec, item)
+            else:
+                rfree, axis = in_d, 0 if r_t else len(p)
+                nest_r, pack_r = _nest(right, [*rfree[cut:], *p, *per_gemm] if r_t else
+                                       [*p, *rfree[cut:], *per_gemm], riso, spec, item)
     (nest_a, pack_a), (nest_b, pack_b) = (
         ((nest_r, pack_r), (nest_l, pack_l)) if swap else ((nest_l, pack_l), (nest_r, pack_r)))
-    t_order = [*h, *lfree, *rfree]
-    t_contig = dict(zip(t_order, _contiguous([ext(x) for x in t_order], item), strict=True))
+    t_contig, d_direct = t_layout(lfree, rfree)
     gemm = GemmStep(
         batch_extents=(hh,) if hh > 1 else (), batch_a=(m * k * item,) if hh > 1 else (),
         batch_b=(k * n * item,) if hh > 1 else (), batch_d=(m * n * item,) if hh > 1 else (),
@@ -605,29 +667,46 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     pack = PackStep(nest_a=nest_a, nest_b=nest_b, t_strides=t_strides,
                     bytes_a=hh * m * k * item if pack_a else 0,
                     bytes_b=hh * k * n * item if pack_b else 0, bytes_t=hh * m * n * item,
-                    d_direct=not spec.d.conjugates and all(
-                        d_st[x] * item == t for x, t in zip(out, t_strides, strict=True)
-                        if ext(x) > 1))
+                    d_direct=d_direct)
     if blocks is not None:  # the thick side is A unless B is that side of the GEMM
         pack = replace(pack, blocked=int((side == 0) == swap), block=blocks[0],
                        block_unit=blocks[1], block_bytes=blocks[2], block_axis=axis)
         if pack.bytes_t >= TTGT_STORE_MAX_BYTES or hh > 1:  # each block's rows (columns)
             # of T stored from a buffer of its own (see TTGT_STORE_MAX_BYTES)
-            label = lfree[0] if side == 0 else rfree[0]
+            label = (lfree if side == 0 else rfree)[len(lead)]
             width = blocks[0] * blocks[1]  # rows (columns) of T per block
             # the buffer is T cut to a block of one GEMM: its rows, or its columns with rows of
             # `width`
-            t_block = {x: 0 if x in h else s if side == 0 or x not in lfree
+            t_block = {x: 0 if x in h or x in lead else s if side == 0 or x not in lfree
                        else s // max(cols, 1) * width for x, s in t_contig.items()}
             thick = left if side == 0 else right
             by_label = dict(zip(thick.modes.labels, thick.modes.strides, strict=True))
+            # the other operand per GEMM of a batch: packed, or lying, as [H]...
+            other = _contiguous([ext(x) for x in h], k * (cols if side == 0 else rows) * item)
             pack = replace(pack, t_strides=tuple(t_block.get(x, 0) for x in out),
                            bytes_t=(width * cols if side == 0 else rows * width) * item,
                            block_store=list(out).index(label),
-                           block_batch=tuple((ext(x), by_label[x] * item, list(out).index(x))
-                                             for x in h if ext(x) > 1) if hh > 1 else (),
-                           block_other=k * (cols if side == 0 else rows) * item)
+                           block_lead=tuple(
+                               (ext(x), by_label[x] * item, list(out).index(x), o)
+                               for x, o in [*(zip(h, other, strict=True) if hh > 1 else ()),
+                                            *((x, 0) for x in lead)] if ext(x) > 1))
     return gemm, pack
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes for a description: in KiB from 1 KiB.
+
+    Examples
+    --------
+    >>> _bytes(512), _bytes(468160)
+    ('512 bytes', '457 KiB')
+    """
+    return f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} bytes"
+
+
+def _stores_blocks(pack: PackStep) -> bool:
+    """Whether T is computed block by block, each stored into D while in cache."""
+    return pack.blocked >= 0 and pack.block_store >= 0
 
 
 def _ttgt_scratch(pack: PackStep) -> int:
@@ -678,6 +757,43 @@ def _thin_blocks(first: int, thick: int, thin: int, k: int, item: int
     target = max(PACK_BLOCK_BYTES, THIN_REREAD * thin * k * item)
     block = max(1, min(target // max(per, 1), -(-first // 2)))
     return block, unit, block * per
+
+
+def _run_bytes(op: OperandSpec, stop: Sequence[Label], spec: ContractionSpec, item: int) -> int:
+    """Bytes of ``op``'s memory that run on contiguously before one of the labels ``stop``."""
+    run = item
+    for s, x in sorted((abs(s) * item, x) for x, s in zip(op.modes.labels, op.modes.strides,
+                                                          strict=True) if spec.extent(x) > 1):
+        if s != run or x in stop:
+            break
+        run *= spec.extent(x)
+    return run
+
+
+def _row_blocks(extents: Sequence[int], cols: int, k: int, item: int
+                ) -> tuple[int, int, int, int] | None:
+    """Boxes of T's rows (labels of ``extents``, outermost first) for its blocks, or ``None``.
+
+    ``cols`` is T's row length in elements, ``k`` the GEMM's inner extent. Returns (lead
+    labels, one index of each per block; indices of the next label per block; rows of T per
+    index of it; bytes of a block of the packed operand): blocks of about :data:`TILE_T_BYTES`
+    of T and at least as many rows as :data:`TILE_T_BYTES` says, at least two of them.
+
+    Examples
+    --------
+    >>> _row_blocks([8, 8, 8, 8], 4096, 2, 8)  # 32 rows of 32 KiB: u, l fixed, 4 of d
+    (2, 4, 8, 512)
+    """
+    want = max(TILE_MIN_ROWS, TILE_T_BYTES // max(cols * item, 1),
+               min(TILE_GEMM_ROWS, TILE_K_ROWS * k))
+    for cut, first in enumerate(extents):
+        unit = prod(extents[cut + 1:])
+        if unit <= want:
+            block = max(1, min(want // unit, first))
+            if prod(extents[:cut]) * -(-first // block) < 2:
+                return None
+            return cut, block, unit, block * unit * k * item
+    return None
 
 
 def _pass_order(src: dict[Label, int], dst: dict[Label, int], dst_bytes: int,
@@ -999,7 +1115,7 @@ def _coalesce_store(nout: int, extents: list[int], strides: list[list[int]],
     """
     rows = [strides[2][:nout], strides[3][:nout], list(pack.t_strides)]
     # (a blocked label stays a label of its own: each block's store cuts it)
-    kept = [pack.block_store, *(b[2] for b in pack.block_batch)]
+    kept = [pack.block_store, *(b[2] for b in pack.block_lead)]
     marks = [[int(i == j) for i in range(nout)] for j in kept]
     merged, ext, (c, d, t, *marked) = _coalesce(nout, extents[:nout], [*rows, *marks])
     summed = extents[nout:]
@@ -1008,8 +1124,8 @@ def _coalesce_store(nout: int, extents: list[int], strides: list[list[int]],
     at = [m.index(1) if j >= 0 else -1 for j, m in zip(kept, marked, strict=True)]
     return merged, ext + summed, new, replace(
         pack, t_strides=tuple(t), block_store=at[0],
-        block_batch=tuple((e, s, i) for (e, s, _), i in zip(pack.block_batch, at[1:],
-                                                           strict=True)))
+        block_lead=tuple((e, s, i, o) for (e, s, _, o), i in zip(pack.block_lead, at[1:],
+                                                                strict=True)))
 
 
 @functools.cache
@@ -1190,7 +1306,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         kind, gemm_step = Step.LOOP, None
         description = (f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds"
                        f"{', summed row by row' if rows else ''})")
-    elif gemm and _gemm_flops(spec) <= TTGT_MAX_FLOPS and _gemm_sized(spec):
+    elif gemm and _gemm_sized(spec) and (_gemm_flops(spec) <= TTGT_MAX_FLOPS
+                                         or _stores_blocks(_ttgt(spec, out, item)[1])):
         kind = Step.TTGT
         gemm_step, pack = _ttgt(spec, out, item)
         if _ttgt_scratch(pack) > TTGT_MAX_BYTES or (
@@ -1200,11 +1317,11 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
                     _views_below_ttgt(spec, gemm_step, pack)
                     or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
             return None
-        packed = [r + (f" in blocks of {pack.block_bytes >> 10} KiB"
+        packed = [r + (f" in blocks of {_bytes(pack.block_bytes)}"
                        if pack.blocked == "AB".index(r) else "")
                   for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
         into = ("each block's gemm into a buffer, stored into D with the epilogue while in "
-                "cache" if pack.block_store >= 0 and (pack.block_batch or not pack.d_direct) else
+                "cache" if pack.block_store >= 0 and (pack.block_lead or not pack.d_direct) else
                 "gemm into D (without C), else each block's into a buffer, stored into D with "
                 "the epilogue while in cache" if pack.block_store >= 0 else
                 "gemm into D (without C), else into a temporary stored into D with the "
