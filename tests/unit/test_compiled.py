@@ -382,6 +382,31 @@ def test_gemm_routes(dt: Datatype, shape: tuple[str, str, str, bool]) -> None:
     assert (hit > 0) == gemm, shape
 
 
+# Batches of GEMMs on views adding beta C where C lies as D: each GEMM's block of D set from C
+# just before the GEMM (D's blocks contiguous: bij; or rows apart: bji, transposed), small
+# (one thread runs them) and large (shared out over the pool), C and D both padded alike.
+_FUSED_SHAPES = [("bik", "bkj", "bij"), ("bki", "bjk", "bji"), ("kbi", "bkj", "jbi")]
+_FUSED_EXT = [{"i": 12, "j": 9, "k": 10, "b": 3}, {"i": 64, "j": 48, "k": 48, "b": 16}]
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _FUSED_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+@pytest.mark.parametrize("ext", _FUSED_EXT, ids=("small", "split"))
+def test_gemm_batches_set_d_from_c_block_by_block(dt: Datatype, shape: tuple[str, str, str],
+                                                  ext: dict[Hashable, int]) -> None:
+    """beta op_C(C) with C conjugated or not, op_D, C and D contiguous or padded alike."""
+    labels = dict(zip("ABD", (tuple(x) for x in shape), strict=True))
+    cplx = dt.is_complex
+    alpha = complex(0.7, -1.3) if cplx else -0.7
+    beta = complex(-0.4, 0.9) if cplx else 1.5
+    routes = [_check_compiled(build(dt, labels, ext, layouts, seed=seed, alpha=alpha, beta=beta,
+                                    ops=ops, c_mode="own"))
+              for seed, (ops, layouts) in enumerate([
+                  ("----", {}), ("--c-", {}), ("--cc", {"C": "sub", "D": "sub"}),
+                  ("---c", {"C": "sub", "D": "sub"})])]
+    assert all("on strided views" in r for r in routes), routes
+
+
 # GEMMs of one row or one column, which the executor runs as GEMVs: the vector as A or B,
 # stored plain or transposed, batched, D a column of a strided parent; a conjugated vector
 # (no GEMV conjugates its vector) stays a GEMM.
