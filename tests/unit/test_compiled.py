@@ -593,6 +593,24 @@ def test_ttgt_computes_t_in_boxes_stored_one_by_one(dt: Datatype,
         assert any("each block's gemm into a buffer" in r for r in routes), routes
 
 
+def test_transpositions_across_more_pages_than_the_tlb_run_in_blocks() -> None:
+    """A 6000^2 F64 transposition (a page per element of B's row) runs in blocks of B packed in
+    D's order; a 1000^2 one, whose lines and pages stay cached, as a plain nest."""
+    f64 = Datatype.F64
+
+    def lowered(n: int) -> Any:
+        def operand(labels: str) -> tuple[Datatype, tuple[int, ...], tuple[int, ...], str, int]:
+            return (f64, (n, n), (n, 1), labels, 0)
+
+        lowering._lower.cache_clear()
+        return lowering.lower(build_spec(a=operand("ab"), b=operand("ba"), c=operand("ab"),
+                                         d=operand("ab"), prec=Prectype.DEFAULT))
+
+    big, small = lowered(6000), lowered(1000)
+    assert big is not None and big.planes[0] == 2, big
+    assert small is not None and small.planes == (0, ()), small
+
+
 def test_large_t_is_never_whole() -> None:
     """A product whose T would be as large as its D (134 MB here) and not lie as D computes T
     in boxes: what one run allocates is a small fraction of D."""
