@@ -772,8 +772,9 @@ def _thin_blocks(first: int, thick: int, thin: int, k: int, item: int
 def _run_bytes(op: OperandSpec, stop: Sequence[Label], spec: ContractionSpec, item: int) -> int:
     """Bytes of ``op``'s memory that run on contiguously before one of the labels ``stop``."""
     run = item
-    for s, x in sorted((abs(s) * item, x) for x, s in zip(op.modes.labels, op.modes.strides,
-                                                          strict=True) if spec.extent(x) > 1):
+    moving = [(abs(s) * item, x) for x, s in zip(op.modes.labels, op.modes.strides, strict=True)
+              if spec.extent(x) > 1]
+    for s, x in sorted(moving, key=lambda t: t[0]):  # (labels need not be comparable)
         if s != run or x in stop:
             break
         run *= spec.extent(x)
