@@ -162,6 +162,10 @@ typedef struct {
     int nbb;
     npy_intp bbext[MAXL], bbsrc[MAXL], bboth[MAXL];
     int bblab[MAXL];
+    /* with blocks and a store, where the batch's labels are not lead labels: the batch's
+     * GEMMs, one after another in each block (the thick operand's blocks packed one after
+     * another, T's boxes at bytes_t / block_gemms apart); 1 otherwise */
+    npy_intp block_gemms;
     /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
      * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
      * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
@@ -1963,11 +1967,11 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (kind == K_TTGT) {
         PyObject *na, *nbk, *tst;
-        long long ba, bb, bt, blk, unit;
+        long long ba, bb, bt, blk, unit, bgemms;
         PyObject *bbatch;
-        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLiiO", &na, &nbk, &tst, &ba, &bb, &bt,
+        if (!PyArg_ParseTuple(ttgt, "OOOLLLiiLLiiOL", &na, &nbk, &tst, &ba, &bb, &bt,
                               &p->d_direct, &p->blocked, &blk, &unit, &p->block_axis,
-                              &p->block_store, &bbatch) ||
+                              &p->block_store, &bbatch, &bgemms) ||
             read_block_batch(bbatch, p) ||
             read_nest(na, &p->pack_a) || read_nest(nbk, &p->pack_b) ||
             read_intps(tst, p->tst, MAXL, &n, "T strides"))
@@ -1977,12 +1981,14 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         p->bytes_t = bt;
         p->block = blk;
         p->block_unit = unit;
-        int bad_batch = p->nbb && p->block_store < 0;
+        p->block_gemms = bgemms;
+        int bad_batch = (p->nbb || bgemms > 1) && p->block_store < 0;
         for (int b = 0; b < p->nbb && !bad_batch; ++b)
             bad_batch = p->bbext[b] < 1 || p->bboth[b] < 0 || p->bblab[b] < 0
                         || p->bblab[b] >= p->nout
                         || p->ext[p->bblab[b]] != p->bbext[b] || p->bblab[b] == p->block_store;
         if (p->blocked > 1 || (p->blocked >= 0 && (blk < 1 || unit < 1)) || bad_batch
+            || bgemms < 1 || bt % bgemms
             || p->block_store >= p->nout || (p->block_store >= 0 && p->blocked < 0)) {
             PyErr_SetString(PyExc_ValueError, "TTGT: malformed blocks");
             goto fail;
@@ -2014,8 +2020,11 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             npy_intp gemms = 1, listed = 1;
             for (int b = 0; b < p->nb; ++b) gemms *= p->bext[b];
             for (int b = 0; b < p->nbb; ++b) listed *= p->bbext[b];
-            if ((p->nb && (!p->nbb || listed % gemms)) || ax < 0 || ax >= tn->nout
-                || tn->ext[ax] * p->block_unit * (listed / gemms) != (thick_left ? m : nn)
+            const int inner = p->block_gemms > 1; /* the batch inside each block */
+            if ((inner && (p->nb != 1 || p->block_gemms != gemms))
+                || (!inner && p->nb && (!p->nbb || listed % gemms)) || ax < 0 || ax >= tn->nout
+                || tn->ext[ax] * p->block_unit * (inner ? listed : listed / gemms)
+                   != (thick_left ? m : nn)
                 || (p->block_store >= 0 && p->ext[p->block_store] != tn->ext[ax])
                 || (thick_left ? p->ta : p->tb) == CONJ_TRANS) {
                 PyErr_SetString(PyExc_ValueError, "TTGT: blocks that are not rows of T");
@@ -2914,6 +2923,8 @@ typedef struct {
     char *tbuf;
     npy_intp tbytes;
     Program *sub; /* the worker's copy of `store`, its blocked label cut to each block */
+    npy_intp gemms, ostep, tstep; /* GEMMs per block (a batch inside it; else 1), their
+                                   * other operands' and boxes' byte steps */
 } PackedJob;
 
 static void *packed_work(void *arg);
@@ -2956,12 +2967,17 @@ static void *packed_work(void *arg) {
         const int64_t ldb = j->buf_t ? r : j->k;
         char *out = sub ? j->tbuf : j->out + i0 * j->unit * (j->col_major ? j->item : j->dr);
         const int64_t ldd = sub ? j->tldd : j->ldd;
-        if (j->col_major)
-            gemm_raw(j->dt, j->t_oth, j->buf_t ? NO_TRANS : TRANS, j->n, r, j->k, j->al, o,
-                     j->ldo, j->buf, ldb, zero, out, ldd);
-        else
-            gemm_raw(j->dt, j->buf_t ? TRANS : NO_TRANS, j->t_oth, r, j->n, j->k, j->al, j->buf,
-                     ldb, o, j->ldo, zero, out, ldd);
+        for (npy_intp g = 0; g < j->gemms; ++g) { /* (a batch inside the block: each GEMM's
+                                                     * packed block, other operand, box) */
+            const char *bg = j->buf + g * r * j->k * j->item, *og = o + g * j->ostep;
+            char *tg = out + g * j->tstep;
+            if (j->col_major)
+                gemm_raw(j->dt, j->t_oth, j->buf_t ? NO_TRANS : TRANS, j->n, r, j->k, j->al, og,
+                         j->ldo, bg, ldb, zero, tg, ldd);
+            else
+                gemm_raw(j->dt, j->buf_t ? TRANS : NO_TRANS, j->t_oth, r, j->n, j->k, j->al, bg,
+                         ldb, og, j->ldo, zero, tg, ldd);
+        }
         if (sub) {
             const int l = q->block_store;
             sub->ext[l] = cnt;
@@ -2983,13 +2999,15 @@ static int packed_run(const PackedJob *job, int threads) {
     if (job->store)
         for (int b = 0; b < job->store->nbb; ++b) lead *= job->store->bbext[b];
     const npy_intp blocks = (first + block - 1) / block * lead;
-    const npy_intp bytes = block * job->unit * job->k * job->item;
+    const npy_intp gemms = job->gemms > 1 ? job->gemms : 1; /* (0: one, as 1) */
+    const npy_intp bytes = block * job->unit * job->k * job->item * gemms;
     int workers = threads < 1 ? 1 : threads > MAX_WORKERS ? MAX_WORKERS : threads;
     if (workers > blocks) workers = (int)blocks;
     PackedJob jobs[MAX_WORKERS];
     int ready = 1;
     for (int w = 0; w < workers; ++w) {
         jobs[w] = *job;
+        jobs[w].gemms = gemms;
         jobs[w].start = blocks * w / workers;
         jobs[w].stop = blocks * (w + 1) / workers;
         jobs[w].buf = scratch(bytes);
@@ -3059,6 +3077,9 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
     job.ldd = p->ldd;
     job.dr = p->ldd * p->item;
     job.out = out;
+    job.gemms = p->block_gemms > 1 ? p->block_gemms : 1;
+    job.ostep = p->nb ? p->bst[thick_b ? 0 : 1][0] : 0; /* the other operand: A where B is thick */
+    job.tstep = p->bytes_t / job.gemms;
     if (thick_left) { /* T[rows of the block] = buf op(right) */
         job.col_major = 0;
         job.n = p->n;

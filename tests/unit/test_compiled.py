@@ -561,11 +561,20 @@ def test_gemm_sized_products_with_thin_blocks(inst: Instance) -> None:
         _check_compiled(inst)
 
 
+@_settings
+@given(inst=compiled_products(gemm=True), t_bytes=st.sampled_from([1, 64, 1024]))
+def test_gemm_sized_products_in_boxes(inst: Instance, t_bytes: int) -> None:
+    """The Hypothesis products again, every TTGT GEMM's T computed in boxes stored into D one
+    by one (a batch inside each box where its labels leave too few boxes)."""
+    with _tiles(t_bytes), _lowering(TILE_GEMM_ROWS=1, GEMM_MIN_MADDS=1):
+        _check_compiled(inst)
+
+
 def _tiles(t_bytes: int) -> contextlib.AbstractContextManager[None]:
     """Compute every TTGT GEMM's T in boxes of rows or columns stored into D one by one (tiny
     data: boxes of about ``t_bytes``, at least one row; lead labels of any stride)."""
-    return _lowering(TTGT_STORE_MAX_BYTES=0, TILE_T_BYTES=t_bytes, TILE_MIN_ROWS=1,
-                     TILE_LINE=0, TILE_SOURCE_RUN=0, TTGT_BLOCK_MIN_BYTES=1 << 62)
+    return _lowering(TTGT_STORE_MAX_BYTES=0, TILE_FROM_BYTES=0, TILE_T_BYTES=t_bytes,
+                     TILE_MIN_ROWS=1, TILE_LINE=0, TILE_SOURCE_RUN=0, TTGT_BLOCK_MIN_BYTES=1 << 62)
 
 
 # GEMMs of any shape whose T is computed in boxes: its rows (A's u, l, d; D interleaves them
@@ -591,6 +600,33 @@ def test_ttgt_computes_t_in_boxes_stored_one_by_one(dt: Datatype,
                 ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
                 ("nan", "-c-c", {"A": "sub_neg"})])
         assert any("each block's gemm into a buffer" in r for r in routes), routes
+
+
+# batches whose label D runs along (its fastest, or next to the boxed label) and whose GEMMs
+# therefore run inside each box, the whole batch's rows of T stored together
+_BATCH_BOX_SHAPES = [("bulp", "pUb", "lUub"), ("bulp", "bpU", "Uulb"), ("bxup", "pbU", "Uub"),
+                     ("bcup", "pUcb", "Uucb")]
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _BATCH_BOX_SHAPES,
+                         ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_ttgt_runs_a_batch_inside_each_box(dt: Datatype, shape: tuple[str, str, str]) -> None:
+    """Where the batch's labels cannot be a box's lead labels (D's lines run along them), each
+    box holds every GEMM of the batch: their blocks packed one after another (conjugated,
+    isolated labels summed), each GEMM into its part of the buffer, the box stored into D with
+    the epilogue; boxes of one index and of a few (the last range shorter)."""
+    ext = {"p": 6, "u": 7, "l": 4, "U": 5, "b": 3, "c": 2, "x": 3}
+    item = dt.itemsize
+    for t_bytes in (1, 3 * 5 * 3 * item):
+        with _lowering(TTGT_STORE_MAX_BYTES=0, TILE_FROM_BYTES=0, TILE_T_BYTES=t_bytes,
+                       TILE_MIN_ROWS=1, TILE_LINE=2 * item + 1, TILE_SOURCE_RUN=0,
+                       TILE_BATCH_BYTES=1 << 20, TILE_GEMM_ROWS=1, GEMM_MIN_MADDS=1):
+            routes = _variants(dt, shape, ext, [
+                ("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+                ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+                ("nan", "-c-c", {"A": "sub_neg"})])
+        assert any("the whole batch's" in r for r in routes), routes
 
 
 def test_transpositions_across_more_pages_than_the_tlb_run_in_blocks() -> None:

@@ -150,7 +150,7 @@ PACK_BLOCK_BYTES = 1 << 18
 BLOCK_LEAN_BYTES = 1 << 24
 THIN_REREAD = 4
 TTGT_BLOCK_MIN_BYTES = 1 << 23
-#: A GEMM of any other shape whose T would hold TTGT_STORE_MAX_BYTES or more, where D does not
+#: A GEMM of any other shape whose T would hold TILE_FROM_BYTES or more, where D does not
 #: lie as T, computes T in boxes of its rows (of its columns where it has more of them), each
 #: packed, multiplied and stored into D by one worker while in cache (:func:`_row_blocks`): no
 #: temporary as large as D is made, and T is never written to memory and read back. Boxes of
@@ -168,12 +168,23 @@ TTGT_BLOCK_MIN_BYTES = 1 << 23
 #: copy rate); ``puldr,pULDR->uUlLdDrR`` (134 MB D) 22.3 -> 12.1 ms, ``kybf,amki->fyimba``
 #: 14.4 -> 10.6, ``bdai,kjcd->abcijk`` 60 -> 46. Boxes of 256 KB to 2 MB of T, 16 to 64 rows
 #: at least, measured within 3% of these (geometric means on 49 products).
+TILE_FROM_BYTES = 1 << 24
 TILE_T_BYTES = 1 << 19
 TILE_MIN_ROWS = 32
 TILE_GEMM_ROWS = 128
 TILE_K_ROWS = 2
 TILE_LINE = 64
 TILE_SOURCE_RUN = 1024
+#: Where a batch's labels cannot be lead labels (D's lines run along them, or they leave too
+#: few boxes), the batch's GEMMs run inside each box instead, one after another into the box's
+#: buffer, all of them stored together: boxes of at most TILE_BATCH_BYTES of T (every GEMM's
+#: rows of the box; 512 KiB left both products below on the backend's plan, 2 MiB tied), D's
+#: and the boxed operand's runs counted over the blocked label's `block` indices where they
+#: run on along it, the boxed operand's whenever it outgrows L2 (``whyno,fwrh->rfoyw``, its
+#: boxes reading A's lines one element each, took 6.0 ms against 2.6 with T whole). Of 1400
+#: seeded products (seeds 0-700, sizes 1 and 1.4) two qualify: ``xmtqspf,kyqxp->kpsymf``
+#: (F64, 19 GEMMs) 16.4 -> 11.4 ms, ``btdml,qlgrmt->gbdrqt`` (F32, 7) 8.2 -> 5.2 ms.
+TILE_BATCH_BYTES = 1 << 20
 #: Fewest rows, columns and inner extent of TTGT's GEMMs: GEMV-like (one row or column) and
 #: outer products (nothing summed) stay with the backend's kernels, which read in place; a
 #: narrow GEMM (5 columns, say) is still faster packed here than by the backend in Python.
@@ -327,6 +338,11 @@ class PackStep:
     #: nest), each (extent, the thick operand's byte stride, its place among the store's
     #: labels, the other operand's byte stride: per GEMM of a batch, 0 for a free label).
     block_lead: tuple[tuple[int, int, int, int], ...] = ()
+    #: With blocks stored, where a batch's labels are not lead labels: its GEMMs, one after
+    #: another in each block (their blocks of the thick operand packed one after another,
+    #: ``block_bytes`` for all of them; T's box ``bytes_t`` for all, ``t_strides`` over the
+    #: batch's labels included); 1 otherwise.
+    block_gemms: int = 1
 
     def scratch_bytes(self, workers: int) -> int:
         """Bytes of scratch one run allocates at most with ``workers`` threads (T included)."""
@@ -340,7 +356,7 @@ class PackStep:
         """Return the executor's argument tuple."""
         return (self.nest_a, self.nest_b, self.t_strides, self.bytes_a, self.bytes_b,
                 self.bytes_t, int(self.d_direct), self.blocked, self.block, self.block_unit,
-                self.block_axis, self.block_store, self.block_lead)
+                self.block_axis, self.block_store, self.block_lead, self.block_gemms)
 
 
 @dataclass(frozen=True)
@@ -636,33 +652,42 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     # T computed in boxes of its rows (or columns, where it has more of them), each stored
     # into D while in cache (see TILE_T_BYTES)
     lead: list[Label] = []
-    if blocks is None and hh * rows * cols * item >= TTGT_STORE_MAX_BYTES and not t_layout(
+    boxed = False
+    inner = 1  # GEMMs of the batch run inside each box (its labels whole in the box)
+    if blocks is None and hh * rows * cols * item >= TILE_FROM_BYTES and not t_layout(
             lfree, rfree)[1]:
         side = 0 if rows >= cols else 1
         thick = left if side == 0 else right
         in_d = sorted(by(spec.d, lfree if side == 0 else rfree), key=lambda x: ext(x) == 1)
-        tiles = _row_blocks([ext(x) for x in in_d], cols if side == 0 else rows, k, item)
+        lies = t_layout(*((in_d, rfree) if side == 0 else (lfree, in_d)))[1]
+        tiles = None if lies else _row_blocks([ext(x) for x in in_d],
+                                              cols if side == 0 else rows, k, item)
         if tiles is not None:
             cut = tiles[0]
             above = [x for x in [*(h if hh > 1 else ()), *in_d[:cut]] if ext(x) > 1]
-            if t_layout(*((in_d, rfree) if side == 0 else (lfree, in_d)))[1] or (
-                    _run_bytes(spec.d, [*above, in_d[cut]], spec, item) < TILE_LINE) or (
+            if (_run_bytes(spec.d, [*above, in_d[cut]], spec, item) < TILE_LINE) or (
                     thick.size * item >= TTGT_BLOCK_MIN_BYTES
                     and _run_bytes(thick, above, spec, item) < TILE_SOURCE_RUN):
                 tiles = None
+        if tiles is None and hh > 1 and not lies:  # the batch inside each box (see
+            # TILE_BATCH_BYTES)
+            tiles = _batch_boxes(in_d, hh, cols if side == 0 else rows, k, item, thick, spec)
+            inner = hh if tiles is not None else 1
         if tiles is None:
             side = None
         else:
             cut, *box = tiles
-            blocks, lead = (box[0], box[1], box[2]), in_d[:cut]
+            blocks, lead, boxed = (box[0], box[1], box[2] * inner), in_d[:cut], True
+            within = [*h] if inner > 1 else []  # (the batch's labels first in each box)
             if side == 0:
-                lfree, axis = in_d, len(p) if l_t else 0
-                nest_l, pack_l = _nest(left, [*p, *lfree[cut:], *per_gemm] if l_t else
-                                       [*lfree[cut:], *p, *per_gemm], liso, spec, item)
+                lfree, axis = in_d, len(within) + (len(p) if l_t else 0)
+                nest_l, pack_l = _nest(left, [*within, *p, *lfree[cut:], *per_gemm] if l_t else
+                                       [*within, *lfree[cut:], *p, *per_gemm], liso, spec, item)
             else:
-                rfree, axis = in_d, 0 if r_t else len(p)
-                nest_r, pack_r = _nest(right, [*rfree[cut:], *p, *per_gemm] if r_t else
-                                       [*p, *rfree[cut:], *per_gemm], riso, spec, item)
+                rfree, axis = in_d, len(within) + (0 if r_t else len(p))
+                nest_r, pack_r = _nest(right, [*within, *rfree[cut:], *p, *per_gemm] if r_t
+                                       else [*within, *p, *rfree[cut:], *per_gemm], riso, spec,
+                                       item)
     (nest_a, pack_a), (nest_b, pack_b) = (
         ((nest_r, pack_r), (nest_l, pack_l)) if swap else ((nest_l, pack_l), (nest_r, pack_r)))
     t_contig, d_direct = t_layout(lfree, rfree)
@@ -681,7 +706,7 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     if blocks is not None:  # the thick side is A unless B is that side of the GEMM
         pack = replace(pack, blocked=int((side == 0) == swap), block=blocks[0],
                        block_unit=blocks[1], block_bytes=blocks[2], block_axis=axis)
-        if pack.bytes_t >= TTGT_STORE_MAX_BYTES or hh > 1:  # each block's rows (columns)
+        if boxed or pack.bytes_t >= TTGT_STORE_MAX_BYTES or hh > 1:  # each block's rows (columns)
             # of T stored from a buffer of its own (see TTGT_STORE_MAX_BYTES)
             label = (lfree if side == 0 else rfree)[len(lead)]
             width = blocks[0] * blocks[1]  # rows (columns) of T per block
@@ -689,16 +714,19 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
             # `width`
             t_block = {x: 0 if x in h or x in lead else s if side == 0 or x not in lfree
                        else s // max(cols, 1) * width for x, s in t_contig.items()}
+            one = (width * cols if side == 0 else rows * width) * item  # one GEMM's box
+            if inner > 1:  # the batch's GEMMs one after another in the buffer
+                t_block |= dict(zip(h, _contiguous([ext(x) for x in h], one), strict=True))
             thick = left if side == 0 else right
             by_label = dict(zip(thick.modes.labels, thick.modes.strides, strict=True))
             # the other operand per GEMM of a batch: packed, or lying, as [H]...
             other = _contiguous([ext(x) for x in h], k * (cols if side == 0 else rows) * item)
             pack = replace(pack, t_strides=tuple(t_block.get(x, 0) for x in out),
-                           bytes_t=(width * cols if side == 0 else rows * width) * item,
-                           block_store=list(out).index(label),
-                           block_lead=tuple(
+                           bytes_t=one * inner, block_store=list(out).index(label),
+                           block_gemms=inner, block_lead=tuple(
                                (ext(x), by_label[x] * item, list(out).index(x), o)
-                               for x, o in [*(zip(h, other, strict=True) if hh > 1 else ()),
+                               for x, o in [*(zip(h, other, strict=True)
+                                              if hh > 1 and inner == 1 else ()),
                                             *((x, 0) for x in lead)] if ext(x) > 1))
     return gemm, pack
 
@@ -805,6 +833,30 @@ def _row_blocks(extents: Sequence[int], cols: int, k: int, item: int
                 return None
             return cut, block, unit, block * unit * k * item
     return None
+
+
+def _batch_boxes(in_d: Sequence[Label], gemms: int, cols: int, k: int, item: int,
+                 thick: OperandSpec, spec: ContractionSpec) -> tuple[int, int, int, int] | None:
+    """Boxes of T's rows (``in_d``) with a batch of ``gemms`` GEMMs inside each, or ``None``.
+
+    As :func:`_row_blocks` (``cols`` one GEMM's row length), where every box holds each GEMM's
+    rows of it (see :data:`TILE_BATCH_BYTES`); ``thick`` is the operand the rows come from.
+    """
+    ext = spec.extent
+    tiles = _row_blocks([ext(x) for x in in_d], gemms * cols, k, item)
+    if tiles is None:
+        return None
+    cut, block, unit, _ = tiles
+    above = [x for x in in_d[:cut] if ext(x) > 1]
+    def run(op: OperandSpec) -> int:
+        """Bytes of ``op`` a box reads or writes in one run: `block` indices of the cut."""
+        return min(_run_bytes(op, above, spec, item),
+                   _run_bytes(op, [*above, in_d[cut]], spec, item) * block)
+
+    if (gemms * block * unit * cols * item > TILE_BATCH_BYTES or run(spec.d) < TILE_LINE
+            or (thick.size * item > _l2_bytes() and run(thick) < TILE_SOURCE_RUN)):
+        return None
+    return tiles
 
 
 def _pass_order(src: dict[Label, int], dst: dict[Label, int], dst_bytes: int,
@@ -1333,8 +1385,9 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
         packed = [r + (f" in blocks of {_bytes(pack.block_bytes)}"
                        if pack.blocked == "AB".index(r) else "")
                   for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
-        into = ("each block's gemm into a buffer, stored into D with the epilogue while in "
-                "cache" if pack.block_store >= 0 and (pack.block_lead or not pack.d_direct) else
+        gemms = "gemms, the whole batch's," if pack.block_gemms > 1 else "gemm"
+        into = (f"each block's {gemms} into a buffer, stored into D with the epilogue while "
+                "in cache" if pack.block_store >= 0 and (pack.block_lead or not pack.d_direct) else
                 "gemm into D (without C), else each block's into a buffer, stored into D with "
                 "the epilogue while in cache" if pack.block_store >= 0 else
                 "gemm into D (without C), else into a temporary stored into D with the "
