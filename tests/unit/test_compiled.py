@@ -629,6 +629,18 @@ def test_ttgt_runs_a_batch_inside_each_box(dt: Datatype, shape: tuple[str, str, 
         assert any("the whole batch's" in r for r in routes), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_ttgt_shares_a_batch_out_and_sets_d_from_c_block_by_block(dt: Datatype) -> None:
+    """A TTGT batch of 4 MFlop or more runs its GEMMs shared out over the workers; where D
+    lies as T and as C, each GEMM's block of D is set from C just before its GEMM adds into
+    it (no temporary): with C as its own array, as D itself, conjugated, and without C."""
+    ext = {"d": 64, "o": 16, "m": 64, "n": 40}
+    routes = _variants(dt, ("dom", "nod", "dnm"), ext, [
+        ("none", "----", {}), ("own", "cc--", {}), ("own", "--c-", {}), ("d", "----", {}),
+        ("own", "c---", {"C": "neg"})])
+    assert all("ttgt [h=64" in r for r in routes), routes
+
+
 def test_transpositions_across_more_pages_than_the_tlb_run_in_blocks() -> None:
     """A 6000^2 F64 transposition (a page per element of B's row) runs in blocks of B packed in
     D's order; a 1000^2 one, whose lines and pages stay cached, as a plain nest."""

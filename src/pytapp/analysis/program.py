@@ -124,7 +124,14 @@ TTGT_MAX_BYTES = 1 << 26
 #: TTGT_STORE_MAX_BYTES or more stores each block's rows (columns) of T into D while in cache,
 #: from a buffer per worker, instead: no temporary as large as D (``mbsc,mstn->bctn``, F64, a
 #: 67 MB D: 14.0 -> 11.5 ms; ``ulkeq,uxe->qlxk``, F32, 17.6 MB: 9.7 -> 7.4 ms); below it the
-#: whole T, still in the last-level cache, stored faster (0.83-1.05x).
+#: whole T, still in the last-level cache, stored faster (0.83-1.05x). Above it GEMVs on views
+#: (a side of 1: tens of thousands of calls, each reading its matrix in short runs) still give
+#: way to a TTGT the executor runs where the cost model prices it lower, unless that TTGT's
+#: blocks read the thick operand in runs shorter than TILE_SOURCE_RUN: on 44 seeded products
+#: this changes (seeds 0-1000, sizes 1 and 1.4; 2-core EPYC, blas's plan with C) 1.64x, from
+#: 0.59x (``cmabe,emd->bdacm``) to 4.0x (``qhfo,caxq->ocaxhf``); ``xl,lrwt->txrw`` (F32, 49728
+#: GEMVs of 42x56) 8.4 -> 3.3 ms. GEMMs on views of two sides above 1 stay: priced so, they
+#: changed 0.27-4.0x.
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
 TTGT_STORE_MAX_BYTES = 1 << 24
 #: A GEMM whose thin side has at most THIN_MAX rows (or columns), and whose thick operand
@@ -964,15 +971,45 @@ def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> 
     return bool(views) and min(views) < ttgt
 
 
+def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int
+               ) -> tuple[GemmStep, PackStep] | None:
+    """Return TTGT's GEMM and packing where the executor runs them for ``spec``.
+
+    ``None`` where it does not: the backend's plan runs the product.
+    """
+    if not (_gemm_sized(spec) and (_gemm_flops(spec) <= TTGT_MAX_FLOPS
+                                   or _stores_blocks(_ttgt(spec, out, item)[1]))):
+        return None
+    step, pack = _ttgt(spec, out, item)
+    if _ttgt_scratch(pack) > TTGT_MAX_BYTES or (
+            step.batch_extents and _gemm_flops(spec) > GEMM_BATCH_MAX_FLOPS
+            and not pack.bytes_a + pack.bytes_b) or (
+            _gemm_flops(spec) > VIEWS_TO_TTGT_MAX_FLOPS and (
+                _views_below_ttgt(spec, step, pack)
+                or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
+        return None
+    return step, pack
+
+
 def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: int) -> bool:
     """Whether the cost model prices TTGT below the GEMMs on views ``g`` (blas's own rule).
 
     Many small GEMMs on views lose to one packed GEMM: ``bca,dc->abd`` (64x8x3, 32x8, C128)
-    is 64 GEMMs of 3x32x8 on views, where TTGT packs A into one of 192x32x8.
+    is 64 GEMMs of 3x32x8 on views, where TTGT packs A into one of 192x32x8. Above
+    VIEWS_TO_TTGT_MAX_FLOPS only GEMVs on views (a side of 1) are priced so, and only against
+    a TTGT the executor runs (see VIEWS_TO_TTGT_MAX_FLOPS).
     """
-    if g.calls == 1 or spec.flops > VIEWS_TO_TTGT_MAX_FLOPS or not _gemm_sized(spec):
+    if g.calls == 1 or not _gemm_sized(spec):
         return False
-    step, pack = _ttgt(spec, out, item)
+    if spec.flops > VIEWS_TO_TTGT_MAX_FLOPS:
+        runs = _ttgt_runs(spec, out, item) if min(g.m, g.n) == 1 else None
+        # (blocks one index of whose lead labels read the thick operand in short runs lose to
+        # the views: dom,nod->dnm, 336 GEMMs, B 47 MB along d, 33.9 ms against 13.4)
+        if runs is None or any(abs(lead[1]) < TILE_SOURCE_RUN for lead in runs[1].block_lead):
+            return False
+        step, pack = runs
+    else:
+        step, pack = _ttgt(spec, out, item)
     model, cplx = MachineModel(), spec.rule.is_complex
     ttgt = ttgt_seconds(step.m, step.n, step.k, prod(step.batch_extents),
                         pack.bytes_a + pack.bytes_b, pack.bytes_t, model, cplx)
@@ -1374,14 +1411,10 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     elif gemm and _gemm_sized(spec) and (_gemm_flops(spec) <= TTGT_MAX_FLOPS
                                          or _stores_blocks(_ttgt(spec, out, item)[1])):
         kind = Step.TTGT
-        gemm_step, pack = _ttgt(spec, out, item)
-        if _ttgt_scratch(pack) > TTGT_MAX_BYTES or (
-                gemm_step.batch_extents and _gemm_flops(spec) > GEMM_BATCH_MAX_FLOPS
-                and not pack.bytes_a + pack.bytes_b) or (
-                _gemm_flops(spec) > VIEWS_TO_TTGT_MAX_FLOPS and (
-                    _views_below_ttgt(spec, gemm_step, pack)
-                    or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
+        runs = _ttgt_runs(spec, out, item)
+        if runs is None:
             return None
+        gemm_step, pack = runs
         packed = [r + (f" in blocks of {_bytes(pack.block_bytes)}"
                        if pack.blocked == "AB".index(r) else "")
                   for r, n in (("A", pack.bytes_a), ("B", pack.bytes_b)) if n]
