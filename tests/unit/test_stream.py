@@ -43,6 +43,7 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "large_d_split": ("hjda,jdchk->chk", {"j": 2, "d": 2, "c": 29, "h": 38, "k": 36, "a": 29}),
     "own_sums_small": ("de,fd->e", {"d": 130, "e": 800, "f": 12}),
     "long_run_small": ("klcd,dc->lk", {"k": 13, "l": 15, "c": 20, "d": 26}),
+    "spread": ("snqa,sa->qa", {"s": 16, "n": 24, "q": 64, "a": 3}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -213,3 +214,12 @@ def test_zero_alpha_reads_neither_operand() -> None:
     _stream_of(plan)
     plan.execute(0.0, a, b, 2.0, c, d)
     np.testing.assert_array_equal(d, 2.0 * c)
+
+
+def test_a_short_run_of_v_is_spread_over_the_labels_of_d_around_it() -> None:
+    """V's run of 3 inside D's rows of 64 x 3: V is packed with copies along q, and the
+    stream's innermost loop is the whole row (one loop of 192, not 64 of 3)."""
+    equation, ext = CASES["spread"]
+    stream = _check(equation, ext, np.float32)
+    assert stream.extents[-1] == ext["q"] * ext["a"], stream
+    assert stream.bytes_v == ext["s"] * ext["q"] * ext["a"] * 4, stream

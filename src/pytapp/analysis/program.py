@@ -227,6 +227,13 @@ STREAM_OWN_SUMS = 1
 #: (F32, rows of 13) 253 -> 53 us, ``ladfc,adlf->cd`` (C64, runs of 17) 753 -> 194 us; with
 #: runs of 5 the nest was twice as fast (``ahjifl,lifa->jlh``, F64: 40 against 79 us).
 STREAM_RUN_MIN = 8
+#: A stream's V is spread over D's labels inside its innermost run (:func:`_stream_spread`)
+#: where that loop is shorter than STREAM_SPREAD_RUN bytes, holding at most
+#: 1/STREAM_SPREAD_SHARE of M's bytes: ``snqa,sa->qa`` (F32, runs of 13 in rows of 1430)
+#: 2.9 -> 1.3 ms, ``vtufxdw,vwxt->wufd`` (runs of 10) 3.0 -> 1.0 ms; with loops of 104-376
+#: bytes it lost (0.56-0.98x on 14 seeded products: V's copies read again per row).
+STREAM_SPREAD_SHARE = 16
+STREAM_SPREAD_RUN = 64
 #: An elementwise product (nothing summed) whose A or B runs along another label than D does,
 #: striding by a cache line (PLANE_LINE bytes) or more along D's fastest, reads that operand
 #: one element per line. Each line is read again when the operand's own fastest label steps:
@@ -539,7 +546,8 @@ def _nest(op: OperandSpec, kept: Sequence[Label], summed: Sequence[Label], spec:
     # the summed labels in the operand's memory order: the innermost sum reads along it
     summed = sorted(summed, key=lambda x: -abs(strides[x]))
     ext = tuple(spec.extent(x) for x in (*kept, *summed))
-    src = tuple(strides[x] * item for x in (*kept, *summed))
+    # (a kept label the operand lacks is a broadcast: its copies repeat along it)
+    src = tuple(strides.get(x, 0) * item for x in (*kept, *summed))
     in_place = not summed and not op.conjugates and src == _contiguous(ext, item)
     return (len(kept), ext, src), not in_place
 
@@ -930,6 +938,8 @@ def _stream(spec: ContractionSpec, out: Sequence[Label], item: int) -> StreamSte
         d_st = t_st
     v_labels = set(vec.modes.labels)
     shared = [x for x in order if x in v_labels]
+    if not any(ext(x) > 1 for x in viso):
+        shared = _stream_spread(order, shared, m_st, d_st, ext, item, mat.size * item)
     pack, copies = _nest(vec, shared, list(viso), spec, item)
     copies = copies or (spec.rule.is_complex and mat.conjugates)
     v_st = dict(zip(shared, _contiguous([ext(x) for x in shared], item), strict=True))
@@ -959,6 +969,46 @@ def _stream(spec: ContractionSpec, out: Sequence[Label], item: int) -> StreamSte
                       bytes_t=d_bytes if private else 0,
                       t_strides=tuple(t_st.get(x, 0) for x in out) if private else (),
                       v_sum=v_sum, v_permute=permute, v_mode=v_mode)
+
+
+def _stream_spread(order: Sequence[Label], shared: list[Label], m_st: dict[Label, int],
+                   d_st: dict[Label, int], ext: Callable[[Label], int], item: int,
+                   m_bytes: int) -> list[Label]:
+    """V's packed labels, spread over the labels of D inside which its innermost run repeats.
+
+    Where M's innermost labels lie in D as in M (one contiguous run in both) and mix V's
+    labels with labels of D only, the stream's innermost loop is V's short run, once per
+    index of the others (``snqa,sa->qa``: runs of 13 in rows of 1430). V packed with copies
+    along those labels too (at most :data:`STREAM_SPREAD_SHARE` of M's bytes) makes the whole
+    run one loop.
+
+    Examples
+    --------
+    >>> st = {"s": 4 * 1430 * 86, "n": 4 * 1430, "q": 52, "a": 4}
+    >>> _stream_spread(["s", "n", "q", "a"], ["s", "a"], st, {"q": 52, "a": 4},
+    ...                {"s": 131, "n": 86, "q": 110, "a": 13}.__getitem__, 4, 4 << 24)
+    ['s', 'q', 'a']
+    """
+    run, inner = item, []
+    for x in reversed(order):
+        if m_st[x] != run or d_st.get(x) != run:
+            break
+        inner.append(x)
+        run *= ext(x)
+    spread = [x for x in inner if x not in shared]
+    if not spread or len(spread) == len(inner):
+        return shared
+    short = item  # the innermost loop as it is: labels all of V's, or all of D's only
+    for x in inner:
+        if (x in shared) != (inner[0] in shared):
+            break
+        short *= ext(x)
+    if short >= STREAM_SPREAD_RUN:
+        return shared
+    if prod(ext(x) for x in shared) * prod(ext(x) for x in spread) * item * \
+            STREAM_SPREAD_SHARE > m_bytes:
+        return shared
+    return [x for x in order if x in shared or x in spread]
 
 
 def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> bool:
