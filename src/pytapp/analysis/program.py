@@ -130,8 +130,11 @@ TTGT_MAX_BYTES = 1 << 26
 #: blocks read the thick operand in runs shorter than TILE_SOURCE_RUN: on 44 seeded products
 #: this changes (seeds 0-1000, sizes 1 and 1.4; 2-core EPYC, blas's plan with C) 1.64x, from
 #: 0.59x (``cmabe,emd->bdacm``) to 4.0x (``qhfo,caxq->ocaxhf``); ``xl,lrwt->txrw`` (F32, 49728
-#: GEMVs of 42x56) 8.4 -> 3.3 ms. GEMMs on views of two sides above 1 stay: priced so, they
-#: changed 0.27-4.0x.
+#: GEMVs of 42x56) 8.4 -> 3.3 ms. Above TTGT_MAX_FLOPS, where the backend's plan runs TTGT,
+#: GEMVs on views give way to it alike: 18 seeded products 1.61x, ``zl,lsa->zas`` (C128, 3550
+#: GEMVs) 242 -> 36 ms, ``bkp,be->epk`` 64 -> 29, one below 0.95x (``spot,trdxo->rspdxt``,
+#: 0.57x: 23 GEMMs with k = 24 into a 142 MB temporary). GEMMs on views of two sides above 1
+#: stay: priced so, they changed 0.27-4.0x.
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
 TTGT_STORE_MAX_BYTES = 1 << 24
 #: A GEMM whose thin side has at most THIN_MAX rows (or columns), and whose thick operand
@@ -1053,6 +1056,8 @@ def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item
         return False
     if spec.flops > VIEWS_TO_TTGT_MAX_FLOPS:
         runs = _ttgt_runs(spec, out, item) if min(g.m, g.n) == 1 else None
+        if runs is None and min(g.m, g.n) == 1 and _gemm_flops(spec) > TTGT_MAX_FLOPS:
+            runs = _ttgt(spec, out, item)  # what the backend's plan runs at this size
         # (blocks one index of whose lead labels read the thick operand in short runs lose to
         # the views: dom,nod->dnm, 336 GEMMs, B 47 MB along d, 33.9 ms against 13.4)
         if runs is None or any(abs(lead[1]) < TILE_SOURCE_RUN for lead in runs[1].block_lead):
