@@ -641,6 +641,22 @@ def test_ttgt_shares_a_batch_out_and_sets_d_from_c_block_by_block(dt: Datatype) 
     assert all("ttgt [h=64" in r for r in routes), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", [("ikxt", "kj", "jxi"), ("kxit", "jk", "ijx"),
+                                   ("ikxts", "kj", "xji")],
+                         ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_packs_sum_isolated_labels_innermost_in_the_source(dt: Datatype,
+                                                           shape: tuple[str, str, str]) -> None:
+    """A's isolated labels are its fastest: the pack sums the innermost one as a plain loop
+    and the others by its odometer (one or two isolated labels), conjugated or not, A
+    strided and reversed, C its own, D itself, or none."""
+    ext = {"i": 9, "k": 6, "x": 7, "t": 5, "s": 3, "j": 8}
+    routes = _variants(dt, shape, ext, [
+        ("none", "----", {}), ("own", "c---", {}), ("own", "cc-c", {"C": "neg"}),
+        ("d", "c---", {"A": "sub"}), ("none", "----", {"A": "sub_neg"})])
+    assert any("ttgt" in r and "packs A" in r for r in routes), routes
+
+
 def test_transpositions_across_more_pages_than_the_tlb_run_in_blocks() -> None:
     """A 6000^2 F64 transposition (a page per element of B's row) runs in blocks of B packed in
     D's order; a 1000^2 one, whose lines and pages stay cached, as a plain nest."""
