@@ -44,6 +44,8 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "batched_matvec": ("eoq,eq->oe", {"e": 3, "o": 43, "q": 290}),
     "vecmat_strided": ("k,nk->n", {"n": 20, "k": 33}),
     "tiny": ("ik,kj->ij", {"i": 1, "k": 1, "j": 1}),
+    "sums_in_other_orders": ("ikl,lkj->ij", {"i": 21, "k": 6, "l": 11, "j": 19}),
+    "a_copied": ("kil,klj->ij", {"i": 23, "k": 5, "l": 13, "j": 17}),
 }
 
 
