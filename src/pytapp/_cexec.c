@@ -1461,6 +1461,92 @@ static void *scratch(npy_intp bytes) {
     return aligned_alloc(64, size);
 }
 
+/* Large scratch kept for the next call: TTGT's packs and T and a stream's V and T of KEEP_MIN
+ * bytes or more are not given back to the system when a call ends (the C library unmaps
+ * them), at most KEEP_SLOTS blocks and g_keep_max bytes, so the next call does not fault in
+ * and zero every page again (leazc,kea->lackz, 57 MB of packs and T: a fifth of its time in
+ * page faults); release_scratch() gives them back (clear_plan_cache calls it). Each block has
+ * a 64-byte header holding its size. */
+#define KEEP_MIN ((size_t)1 << 20)
+#define KEEP_SLOTS 4
+static size_t g_keep_max = (size_t)64 << 20; /* set_keep_bytes: scratch.KEEP_BYTES */
+static char *g_keep[KEEP_SLOTS];
+static size_t g_keep_bytes;
+static pthread_mutex_t g_keep_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t kept_size(const char *p) { return *(const size_t *)(p - 64); }
+
+/* A block of at least `bytes` (64-byte aligned): a kept one of at most twice that, or new. */
+static void *keep_alloc(npy_intp bytes) {
+    const size_t need = ((size_t)(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
+    if (need >= KEEP_MIN) {
+        pthread_mutex_lock(&g_keep_lock);
+        int best = -1;
+        for (int i = 0; i < KEEP_SLOTS; ++i)
+            if (g_keep[i] && kept_size(g_keep[i]) >= need && kept_size(g_keep[i]) <= 2 * need
+                && (best < 0 || kept_size(g_keep[i]) < kept_size(g_keep[best])))
+                best = i;
+        char *got = NULL;
+        if (best >= 0) {
+            got = g_keep[best];
+            g_keep[best] = NULL;
+            g_keep_bytes -= kept_size(got);
+        }
+        pthread_mutex_unlock(&g_keep_lock);
+        if (got) return got;
+    }
+    char *base = aligned_alloc(64, need + 64);
+    if (!base) return NULL;
+    *(size_t *)base = need;
+    return base + 64;
+}
+
+/* Give back a block of keep_alloc: kept where there is room, else freed. */
+static void keep_free(void *ptr) {
+    if (!ptr) return;
+    char *p = ptr;
+    const size_t size = kept_size(p);
+    if (size >= KEEP_MIN) {
+        pthread_mutex_lock(&g_keep_lock);
+        int slot = -1;
+        for (int i = 0; i < KEEP_SLOTS && slot < 0; ++i)
+            if (!g_keep[i]) slot = i;
+        if (slot >= 0 && g_keep_bytes + size <= g_keep_max) {
+            g_keep[slot] = p;
+            g_keep_bytes += size;
+            p = NULL;
+        }
+        pthread_mutex_unlock(&g_keep_lock);
+    }
+    if (p) free(p - 64);
+}
+
+/* set_keep_bytes(n): keep at most n bytes of scratch between calls (0: none). */
+static PyObject *set_keep_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    pthread_mutex_lock(&g_keep_lock);
+    g_keep_max = n > 0 ? (size_t)n : 0;
+    pthread_mutex_unlock(&g_keep_lock);
+    Py_RETURN_NONE;
+}
+
+/* release_scratch() -> int: free the kept scratch blocks; the bytes given back. */
+static PyObject *release_scratch(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    char *blocks[KEEP_SLOTS];
+    size_t bytes;
+    pthread_mutex_lock(&g_keep_lock);
+    for (int i = 0; i < KEEP_SLOTS; ++i) blocks[i] = g_keep[i], g_keep[i] = NULL;
+    bytes = g_keep_bytes;
+    g_keep_bytes = 0;
+    pthread_mutex_unlock(&g_keep_lock);
+    for (int i = 0; i < KEEP_SLOTS; ++i)
+        if (blocks[i]) free(blocks[i] - 64);
+    return PyLong_FromSize_t(bytes);
+}
+
 /* Packs, GEMMs into the scratch T, then the store into D; 1 when memory ran out. Without C,
  * where D lies as T would, the GEMMs write D with alpha (*direct set to 1): no T, no store. */
 static void run_pack_split(const Program *p, const Nest *n, const char *src, char *dst,
@@ -1480,8 +1566,8 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
     /* blocks of T stored into D each while in cache: no T as large as D */
     const int per_block = p->blocked >= 0 && p->block_store >= 0 && (!into_d || p->nbb);
     /* a blocked thick operand is packed block by block, never whole */
-    char *pa = p->bytes_a && p->blocked != 0 ? scratch(p->bytes_a) : NULL;
-    char *pb = p->bytes_b && p->blocked != 1 ? scratch(p->bytes_b) : NULL;
+    char *pa = p->bytes_a && p->blocked != 0 ? keep_alloc(p->bytes_a) : NULL;
+    char *pb = p->bytes_b && p->blocked != 1 ? keep_alloc(p->bytes_b) : NULL;
     /* a batch of GEMMs shared out over the workers, each on a one-thread BLAS, as a batch on
      * views is (dom,nod->dnm, 336 GEMMs of 34x398x44: 32 -> 21 ms on 2 cores); where D lies
      * as T and as C, each GEMM's block of D set from C just before it, then added into (no
@@ -1489,12 +1575,12 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
     const int shared = p->blocked < 0 && p->nb && p->flops >= BATCH_SPLIT_MIN_FLOPS;
     const int fuse = shared && p->d_direct && C && p->c_as_d && p->m >= 2 && p->n >= 2
                      && p->ldd == p->n && p->m * p->n * p->item <= FUSE_SLAB_MAX;
-    char *t = into_d || per_block || fuse ? NULL : scratch(p->bytes_t);
+    char *t = into_d || per_block || fuse ? NULL : keep_alloc(p->bytes_t);
     if ((p->bytes_a && p->blocked != 0 && !pa) || (p->bytes_b && p->blocked != 1 && !pb)
         || (!into_d && !per_block && !fuse && !t)) {
-        free(pa);
-        free(pb);
-        free(t);
+        keep_free(pa);
+        keep_free(pb);
+        keep_free(t);
         return 1;
     }
     if (pa) run_pack_split(p, &p->pack_a, A, pa, p->conj[0], p->bytes_a);
@@ -1506,9 +1592,9 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
                                       be, C, per_block ? D : NULL);
         if (!failed && gemm_d && direct) *direct = 1;
         if (!failed && !into_d && !per_block) run_store_split(p, al, be, t, C, D);
-        free(pa);
-        free(pb);
-        free(t);
+        keep_free(pa);
+        keep_free(pb);
+        keep_free(t);
         return failed;
     }
     if (fuse) {
@@ -1523,9 +1609,9 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
         else run_gemm(p, one, zero, pa ? pa : A, pb ? pb : B, t, NULL, zero);
         run_store_split(p, al, be, t, C, D);
     }
-    free(pa);
-    free(pb);
-    free(t);
+    keep_free(pa);
+    keep_free(pb);
+    keep_free(t);
     return 0;
 }
 
@@ -2757,13 +2843,13 @@ static int run_stream(const Program *p, cval al, cval be, const char *A, const c
     const int conj_m = cplx && p->conj[p->swap ? 1 : 0];
     const int conj_v = cplx && p->conj[p->swap ? 0 : 1];
     const int mode = p->stream_mode;
-    char *vp = p->bytes_v ? scratch(p->bytes_v) : NULL;
-    char *walked = p->v_permute ? scratch(p->bytes_v) : NULL;
-    char *t = mode == 2 ? scratch(p->bytes_t) : NULL;
+    char *vp = p->bytes_v ? keep_alloc(p->bytes_v) : NULL;
+    char *walked = p->v_permute ? keep_alloc(p->bytes_v) : NULL;
+    char *t = mode == 2 ? keep_alloc(p->bytes_t) : NULL;
     if ((p->bytes_v && !vp) || (p->v_permute && !walked) || (mode == 2 && !t)) {
-        free(vp);
-        free(walked);
-        free(t);
+        keep_free(vp);
+        keep_free(walked);
+        keep_free(t);
         return 1;
     }
     const double one[2] = {1.0, 0.0}, alpha[2] = {al.re, al.im};
@@ -2775,7 +2861,7 @@ static int run_stream(const Program *p, cval al, cval be, const char *A, const c
         stream_pass(p->dtype, &p->vsum, p->v_mode, V, dbl ? (const char *)one : (const char *)onef,
                     into, p->bytes_v, one, conj_v ^ conj_m);
         if (walked) run_pack_split(p, &p->spack, walked, vp, 0, p->bytes_v);
-        free(walked);
+        keep_free(walked);
     } else if (vp) {
         run_pack_split(p, &p->spack, V, vp, conj_v ^ conj_m, p->bytes_v);
     }
@@ -2789,8 +2875,8 @@ static int run_stream(const Program *p, cval al, cval be, const char *A, const c
         stream_pass(p->dtype, &p->stream, mode, M, V, D, 0, alpha, conj_m);
         if (p->conj[3]) run_conj(p, D);
     }
-    free(vp);
-    free(t);
+    keep_free(vp);
+    keep_free(t);
     return 0;
 }
 
@@ -3901,6 +3987,11 @@ static PyMethodDef methods[] = {
      "set_blas(sgemm, dgemm, cgemm, zgemm, ilp64[, sgemv, dgemv, cgemv, zgemv]): addresses of "
      "the CBLAS GEMM (and GEMV) functions."},
     {"has_blas", has_blas, METH_NOARGS, "Whether GEMM functions were registered."},
+    {"set_keep_bytes", set_keep_bytes, METH_VARARGS,
+     "set_keep_bytes(n): keep at most n bytes of large scratch between calls (0: none)."},
+    {"release_scratch", release_scratch, METH_NOARGS,
+     "release_scratch() -> int: free the large scratch blocks kept between calls; the bytes "
+     "given back."},
     {"tiled_copy", tiled_copy, METH_VARARGS,
      "tiled_copy(dst, src) -> bool: dst[...] = src through cache tiles when their fastest axes "
      "differ; False (nothing written) when it does not apply."},

@@ -22,6 +22,7 @@ from pytapp.datatypes import Datatype, ElementOp, as_element_op, datatype_of_dat
 from pytapp.errors import ErrorCode, TappError, error_for
 from pytapp.executor import Executor
 from pytapp.handle import CachedPlan, Handle, default_backend_name
+from pytapp.kernels.program import release_scratch
 from pytapp.operands import to_ndarray
 from pytapp.precision import Prectype, as_prectype
 from pytapp.product import TensorProduct
@@ -377,9 +378,11 @@ def plan_cache_info() -> dict[str, int]:
 
 
 def clear_plan_cache() -> None:
-    """Destroy every cached plan and handle (their backend resources are released).
+    """Destroy every cached plan and handle, freeing the memory they and the executor keep.
 
-    A plan or handle that a call is using is destroyed when that call ends, never under it.
+    Their backend resources are released, and the scratch the compiled executor keeps
+    between calls is freed. A plan or handle that a call is using is destroyed when that
+    call ends, never under it.
     """
     with _lock:
         handles = list(_handles.values())
@@ -387,3 +390,4 @@ def clear_plan_cache() -> None:
         _fast.clear()
     for handle in handles:
         handle.retire()
+    release_scratch()  # (blocks a call in flight holds are its own until it ends)

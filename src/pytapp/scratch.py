@@ -37,7 +37,8 @@ import numpy as np
 __all__ = ["KEEP_BYTES", "MIN_BYTES", "Lease", "empty", "lease", "pool_bytes"]
 
 #: Free scratch the process keeps between products (``PYTAPP_SCRATCH_BYTES``, read at import;
-#: 0 keeps none).
+#: 0 keeps none). The compiled executor keeps its own large blocks (TTGT's packs and
+#: temporary) within the same budget (``pytapp.kernels.program.release_scratch``).
 KEEP_BYTES = int(os.environ.get("PYTAPP_SCRATCH_BYTES", str(64 << 20)))
 #: Temporaries smaller than this come from ``np.empty`` (the allocator keeps those warm).
 MIN_BYTES = 1 << 16

@@ -84,3 +84,24 @@ def test_blas_copies_from_scratch_stay_exact() -> None:
                                    atol=1e-12)
         assert other.shape == (300, 300)
 
+
+
+def test_the_executor_keeps_its_large_scratch_and_gives_it_back() -> None:
+    """A TTGT product with megabytes of packs runs twice on other data from the blocks the
+    first call kept (exact results both times); clear_plan_cache gives them back."""
+    from pytapp.kernels import program
+
+    if not program.available():
+        pytest.skip("the compiled extension pytapp._cexec was not built")
+    rng = np.random.default_rng(7)
+    pytapp.clear_plan_cache()
+    for _ in range(2):
+        a = rng.integers(-3, 4, (48, 36, 40, 8)).astype(np.float64)  # 4.4 MB, packed
+        b = rng.integers(-3, 4, (36, 30, 8)).astype(np.float64)
+        got = pytapp.contract("ijks,jls->ilk", a, b, backend="blas")
+        np.testing.assert_array_equal(got, np.einsum("ijks,jls->ilk", a, b))
+    kept = program.release_scratch()
+    a = rng.integers(-3, 4, (48, 36, 40, 8)).astype(np.float64)
+    pytapp.contract("ijks,jls->ilk", a, b, backend="blas")
+    pytapp.clear_plan_cache()
+    assert program.release_scratch() == 0 < kept

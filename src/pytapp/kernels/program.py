@@ -35,15 +35,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pytapp import machine
+from pytapp import machine, scratch
 from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["available", "bf16_gemm", "bf16_tiles", "bf16_vectors", "blas_available",
            "compile_chain", "compile_lowered", "compile_product", "half_copy", "layout_key",
-           "packed_gemm", "pool_map", "summed_gemm", "summed_gemm_available", "tile_count",
-           "tiled_copy", "use_tiles"]
+           "packed_gemm", "pool_map", "release_scratch", "summed_gemm", "summed_gemm_available",
+           "tile_count", "tiled_copy", "use_tiles"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -52,6 +52,8 @@ except ImportError:  # a source tree used without building: the Python plans run
     _cexec = None
 
 if _cexec is not None:
+    # one budget for warm scratch: the Python plans' pool and the executor's kept blocks
+    _cexec.set_keep_bytes(scratch.KEEP_BYTES)
     # An input whose chain of bases ends in a buffer exporter is bounded by that buffer, except
     # for ctypes objects (one laid over a pointer has no known allocation): pytapp.allocation
     # follows their chains in Python.
@@ -272,6 +274,22 @@ def summed_gemm(d: np.ndarray, left: np.ndarray, right: np.ndarray, summed: int,
         return False
     done: bool = _cexec.summed_gemm(d, left, right, summed, threads)
     return done
+
+
+def release_scratch() -> int:
+    """Free the large scratch blocks the executor keeps between calls; return their bytes.
+
+    TTGT's packs and temporary and a stream's buffers of 1 MiB or more stay allocated after a
+    call (at most four blocks and :data:`pytapp.scratch.KEEP_BYTES`, the budget of the Python
+    plans' pool too), so that the next call does not fault in and zero their pages again.
+    :func:`pytapp.clear_plan_cache` calls this.
+
+    Examples
+    --------
+    >>> release_scratch() >= 0
+    True
+    """
+    return 0 if _cexec is None else int(_cexec.release_scratch())
 
 
 def summed_gemm_available() -> bool:
