@@ -1471,6 +1471,7 @@ static void *scratch(npy_intp bytes) {
 #define KEEP_SLOTS 4
 static size_t g_keep_max = (size_t)64 << 20; /* set_keep_bytes: scratch.KEEP_BYTES */
 static char *g_keep[KEEP_SLOTS];
+static unsigned long g_keep_age[KEEP_SLOTS], g_keep_clock; /* when each was kept */
 static size_t g_keep_bytes;
 static pthread_mutex_t g_keep_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -1501,23 +1502,43 @@ static void *keep_alloc(npy_intp bytes) {
     return base + 64;
 }
 
-/* Give back a block of keep_alloc: kept where there is room, else freed. */
+/* Give back a block of keep_alloc: kept, the blocks kept longest freed to make room (the
+ * product that ran last is the likeliest to run next: a workload of many products filled the
+ * room with blocks of sizes its next product could not take), or freed where it alone is
+ * over the budget. */
 static void keep_free(void *ptr) {
     if (!ptr) return;
     char *p = ptr;
     const size_t size = kept_size(p);
+    char *evicted[KEEP_SLOTS];
+    int nev = 0;
     if (size >= KEEP_MIN) {
         pthread_mutex_lock(&g_keep_lock);
-        int slot = -1;
-        for (int i = 0; i < KEEP_SLOTS && slot < 0; ++i)
-            if (!g_keep[i]) slot = i;
-        if (slot >= 0 && g_keep_bytes + size <= g_keep_max) {
-            g_keep[slot] = p;
-            g_keep_bytes += size;
-            p = NULL;
+        if (size <= g_keep_max) {
+            for (;;) {
+                int slot = -1, oldest = -1;
+                for (int i = 0; i < KEEP_SLOTS; ++i) {
+                    if (!g_keep[i]) {
+                        if (slot < 0) slot = i;
+                    } else if (oldest < 0 || g_keep_age[i] < g_keep_age[oldest]) {
+                        oldest = i;
+                    }
+                }
+                if (slot >= 0 && g_keep_bytes + size <= g_keep_max) {
+                    g_keep[slot] = p;
+                    g_keep_age[slot] = ++g_keep_clock;
+                    g_keep_bytes += size;
+                    p = NULL;
+                    break;
+                }
+                evicted[nev++] = g_keep[oldest];
+                g_keep_bytes -= kept_size(g_keep[oldest]);
+                g_keep[oldest] = NULL;
+            }
         }
         pthread_mutex_unlock(&g_keep_lock);
     }
+    for (int i = 0; i < nev; ++i) free(evicted[i] - 64);
     if (p) free(p - 64);
 }
 
