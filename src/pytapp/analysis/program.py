@@ -1030,14 +1030,15 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int
 
     ``None`` where it does not: the backend's plan runs the product.
     """
-    if not (_gemm_sized(spec) and (_gemm_flops(spec) <= TTGT_MAX_FLOPS
-                                   or _stores_blocks(_ttgt(spec, out, item)[1]))):
+    if not _gemm_sized(spec):
         return None
     step, pack = _ttgt(spec, out, item)
-    if _ttgt_scratch(pack) > TTGT_MAX_BYTES or (
-            step.batch_extents and _gemm_flops(spec) > GEMM_BATCH_MAX_FLOPS
+    flops = _gemm_flops(spec)
+    if (flops > TTGT_MAX_FLOPS and not _stores_blocks(pack)) or (
+            _ttgt_scratch(pack) > TTGT_MAX_BYTES) or (
+            step.batch_extents and flops > GEMM_BATCH_MAX_FLOPS
             and not pack.bytes_a + pack.bytes_b) or (
-            _gemm_flops(spec) > VIEWS_TO_TTGT_MAX_FLOPS and (
+            flops > VIEWS_TO_TTGT_MAX_FLOPS and (
                 _views_below_ttgt(spec, step, pack)
                 or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
         return None
@@ -1055,8 +1056,10 @@ def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item
     if g.calls == 1 or not _gemm_sized(spec):
         return False
     if spec.flops > VIEWS_TO_TTGT_MAX_FLOPS:
-        runs = _ttgt_runs(spec, out, item) if min(g.m, g.n) == 1 else None
-        if runs is None and min(g.m, g.n) == 1 and _gemm_flops(spec) > TTGT_MAX_FLOPS:
+        if min(g.m, g.n) > 1:
+            return False
+        runs = _ttgt_runs(spec, out, item)
+        if runs is None and _gemm_flops(spec) > TTGT_MAX_FLOPS:
             runs = _ttgt(spec, out, item)  # what the backend's plan runs at this size
         # (blocks one index of whose lead labels read the thick operand in short runs lose to
         # the views: dom,nod->dnm, 336 GEMMs, B 47 MB along d, 33.9 ms against 13.4)
