@@ -355,3 +355,36 @@ def test_elementwise_loop_nests_with_short_rows_match_numpy(
     if with_c:
         want += beta * c.astype(wide)
     np.testing.assert_array_equal(d.astype(wide), want)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("equation", "shapes"), [
+    # f, A's isolated innermost label, summed along 70 contiguous terms (8 partial sums in
+    # real types, a tail of 6), then e, a second isolated label, adds its terms to the same
+    ("nuif,mn->mui", ((8, 20, 30, 70), (16, 8))),
+    ("nueif,mn->mui", ((8, 20, 2, 30, 67), (16, 8))),
+    # f summed across the whole of A, whose other labels lie as the pack writes them: one row
+    ("fpwdm,oqp->mwoqd", ((3, 24, 6, 9, 16), (5, 6, 24))),
+])
+def test_packs_that_sum_long_runs_and_merged_rows_match_numpy(dtype: type, equation: str,
+                                                              shapes: tuple[tuple[int, ...],
+                                                                            ...]) -> None:
+    a, b = _ints(shapes[0], dtype, 31), _ints(shapes[1], dtype, 32)
+    out = equation.split("->")[1]
+    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
+                     strict=True))
+    d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
+    c = _ints(d.shape, dtype, 33)
+    _run_checked(equation, a, b, c, d, "packs A")
+    _run_checked(equation, a, b, None, d, "packs A", conj_b=True)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_packed_copies_merge_labels_that_run_as_one_after_ordering(dtype: type) -> None:
+    # B's n and i lie next to each other in B and in its pack: one loop after the pack's
+    # order is chosen; z, A's isolated label, is summed as A is packed
+    a, b = _ints((4, 6, 13, 4, 7, 4, 9), dtype, 41), _ints((21, 6, 4, 7, 4), dtype, 42)
+    d = np.full((21, 4, 13, 7), np.nan, dtype=dtype)
+    _run_checked("pnmtuiz,aniut->apmu", a, b, _ints(d.shape, dtype, 43), d, "packs A, B")
