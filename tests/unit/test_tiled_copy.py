@@ -22,7 +22,8 @@ def permuted_views(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     """A source view (permuted, maybe sliced with steps, reversed or padded) and a fresh dst."""
     nd = draw(st.integers(2, 5))
     shape = tuple(draw(st.integers(1, 40)) for _ in range(nd))
-    dtype = draw(st.sampled_from([np.float32, np.float64, np.complex64, np.int32, np.int64]))
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.complex64, np.int32, np.int64,
+                                  np.uint16]))
     pad = draw(st.integers(1, 2))
     base = np.arange(int(np.prod(shape)) * pad ** nd, dtype=np.int64).reshape(
         tuple(e * pad for e in shape)).astype(dtype)
@@ -91,3 +92,29 @@ def test_whole_tiles_move_every_bit(dtype: type, perm: tuple[int, ...]) -> None:
     assert program.tiled_copy(dst, src)
     view = np.uint32 if item == 4 else np.uint64
     np.testing.assert_array_equal(dst.view(view), np.ascontiguousarray(src).view(view))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64, np.complex64])
+@pytest.mark.parametrize("run", [1, 3, 4, 5, 11, 31])
+def test_short_runs_along_one_axis_go_run_by_run(dtype: type, run: int) -> None:
+    """Both sides run along the same axis for fewer than 512 bytes (kvpujbh's BF16 runs of 11):
+    copied run by run in dst's order, every bit (NaN payloads too), the other axes permuted."""
+    item = np.dtype(dtype).itemsize
+    bits = np.random.default_rng(run).integers(0, 2**16, (9, 17, 6, run * item // 2),
+                                               dtype=np.uint16)
+    x = bits.view(dtype)  # any bit pattern, NaNs too
+    src = x.transpose(2, 0, 1, 3)[:, ::-1]  # runs of `run` numbers; outer axes permuted, reversed
+    dst = np.zeros(src.shape, dtype)
+    assert program.tiled_copy(dst, src) == (run > 1)  # (runs of 1: the transpose rule, < 8)
+    if run > 1:
+        np.testing.assert_array_equal(dst.view(np.uint16),
+                                      np.ascontiguousarray(src).view(np.uint16))
+
+
+def test_long_runs_along_one_axis_are_left_to_numpy() -> None:
+    x = np.arange(4.0 * 5 * 64).reshape(4, 5, 64)
+    dst = np.zeros((5, 4, 64))
+    assert not program.tiled_copy(dst, x.transpose(1, 0, 2))  # runs of 512 bytes
+    assert not dst.any()
+    assert program.tiled_copy(dst[..., :63], x.transpose(1, 0, 2)[..., :63])  # of 504
+    np.testing.assert_array_equal(dst[..., :63], x.transpose(1, 0, 2)[..., :63])

@@ -1118,6 +1118,19 @@ class BlasPlan(Stateless):
         view = _reshape_view(x.transpose(perm), shape)
         return view if view is not None and view.flags.aligned else None
 
+    @staticmethod
+    def _copied(x: np.ndarray, perm: tuple[int, ...], threads: int | None) -> np.ndarray:
+        """``x.transpose(perm)`` copied into a contiguous array.
+
+        Shared out over threads, run by run or through cache tiles where those pay
+        (:func:`parallel_copyto`): kvpujbh's 28 MB of BF16 in runs of 11 numbers took 15.9 ms
+        through NumPy's copy, 6.7 ms so.
+        """
+        src = x.transpose(perm)
+        out = np.empty(src.shape, src.dtype)
+        parallel_copyto(out, src, threads)
+        return out
+
     def _run_tiles(self, bound: BoundProduct, threads: int | None) -> Status | None:
         """D = alpha A B + beta C with the tiles (see _tiles_fit); ``None``: not this time.
 
@@ -1136,11 +1149,11 @@ class BlasPlan(Stateless):
         copied = 0
         a = self._tile_view(bound.a, self.a_perm, (h, m, k))
         if a is None:
-            a = np.ascontiguousarray(bound.a.transpose(self.a_perm)).reshape(h, m, k)
+            a = self._copied(bound.a, self.a_perm, threads).reshape(h, m, k)
             copied += a.nbytes
         b = self._tile_view(bound.b, self.b_perm, (h, k, n))
         if b is None:
-            b = np.ascontiguousarray(bound.b.transpose(self.b_perm)).reshape(h, k, n)
+            b = self._copied(bound.b, self.b_perm, threads).reshape(h, k, n)
             copied += b.nbytes
         if self.swap:  # D's fastest labels are B's: D^T = B^T A^T writes D along its rows
             a, b = b.transpose(0, 2, 1), a.transpose(0, 2, 1)
