@@ -41,8 +41,23 @@ SUM_MIN_BYTES = 1 << 21
 _lock = threading.Lock()
 
 
-def _split_axis(shape: tuple[int, ...]) -> int:
-    return max(range(len(shape)), key=lambda i: (shape[i], -i))
+#: Fewest slabs per thread along the axis :func:`parallel_map` cuts, where it can choose.
+SPLIT_SLABS = 4
+
+
+def _split_axis(out: np.ndarray, parts: int) -> int:
+    """Return the axis of ``out`` to cut into slabs.
+
+    The outermost in its memory of those at least :data:`SPLIT_SLABS` slabs per thread long,
+    else the longest. The longest alone could be the fastest one, cutting every run of a copy
+    in two: a 9.6 MB BF16 copy in runs of 520 numbers (26 along the longest axis) took 5.2 ms
+    on two threads that way, 2.5 on one, 1.3 cut along its outermost axis.
+    """
+    shape, strides = out.shape, out.strides
+    long = [i for i in range(out.ndim) if shape[i] >= SPLIT_SLABS * parts]
+    if long:
+        return max(long, key=lambda i: (abs(strides[i]), -i))
+    return max(range(out.ndim), key=lambda i: (shape[i], -i))
 
 
 def _slabs(extent: int, parts: int) -> list[slice]:
@@ -61,7 +76,7 @@ def parallel_map(out: np.ndarray, inputs: tuple[np.ndarray, ...], threads: int |
     if n <= 1 or out.nbytes < limit or out.ndim == 0:
         work(out, *inputs)
         return
-    axis = _split_axis(out.shape)
+    axis = _split_axis(out, n)
     if out.shape[axis] < 2:
         work(out, *inputs)
         return
