@@ -707,7 +707,8 @@ static npy_intp abs_stride(npy_intp s) { return s < 0 ? -s : s; }
 #define COPY_FAR_STRIDE 4096
 /* A copy whose two sides run along the same axis goes run by run (run_copy) for runs of fewer
  * than this many bytes: 1.1-1.8x NumPy's speed on 8 MB copies in runs of 2 to 64 numbers (BF16,
- * F32, F64), about the same from 512 bytes (F64 runs of 128: 0.65x, of 256: 0.98x)... */
+ * F32, F64; 0.8-1.0x in one of three runs for F32 runs of 3-5), no faster from 512 bytes
+ * (F64 runs of 128: 0.65x, of 256: 0.98x)... */
 #define RUN_COPY_BYTES 512
 /* ... runs of at most this many numbers copied by a loop, longer ones by memcpy (a loop per
  * run of 16-512 numbers ran at 0.3-0.9x NumPy's speed, a memcpy call per run of 3 F64 0.8x) */
@@ -2655,9 +2656,10 @@ static PyObject *half_copy(PyObject *self, PyObject *args) {
 
 /* dst = src over nd axes (no axis of extent < 2; at most MAXL) where both run along the same
  * axis `a` (unit strides) for short runs: NumPy's loop pays a call per run, which is what such
- * a copy costs (kvpujbh's 28 MB of BF16 in runs of 11 numbers: 15.9 ms, 5.5 so). The other
- * axes go in dst's order (it is written along its memory), those that continue a run on both
- * sides merged into it (nest_merged), and each run is a memcpy. */
+ * a copy costs (kvpujbh's 28 MB of BF16 in runs of 11 numbers: 15.9 ms, 10.6 so on one
+ * thread). The other axes go in dst's order (it is written along its memory), those that
+ * continue a run on both sides merged into it (nest_merged); each run is a short loop or a
+ * memcpy (RUN_COPY_LOOP). */
 #define RUN_LOOP(T, y, x, e)                                                                      \
     for (npy_intp i_ = 0; i_ < (e); ++i_) ((T *)(y))[i_] = ((const T *)(x))[i_]
 static void run_copy(int nd, const npy_intp *ext, const npy_intp *ds, const npy_intp *ss, int a,
