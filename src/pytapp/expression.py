@@ -508,7 +508,8 @@ class EinsumExpression:
             return shared_handle(self.backend)
         choice = self.choices.get(dt)
         if choice is None:
-            known = wisdom.lookup("network", self._key(dt))
+            known = (wisdom.lookup("network", self._key(dt)) if wisdom.recorded("network")
+                     else None)
             choice = known.get("choice") if isinstance(known, dict) else None
             if choice not in (*NETWORK_CANDIDATES, "auto"):  # an older file's tblis
                 choice = None

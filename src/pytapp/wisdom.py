@@ -43,7 +43,7 @@ from pytapp.machine import cache_dir, fingerprint
 
 __all__ = ["MIN_RUNS", "POOL_SETTLE_SECONDS", "TRIAL_AFTER", "TRIAL_MARGIN", "TRIAL_SAMPLES",
            "TUNE_SHARE", "Budget", "Trial", "forget", "lookup", "path", "pause_seconds",
-           "record", "time_candidates"]
+           "record", "recorded", "time_candidates"]
 
 #: Share of a product's past and predicted run time that timing it may cost.
 TUNE_SHARE = 0.1
@@ -283,6 +283,18 @@ def lookup(section: str, key: str) -> Any:
     """
     with _lock:
         return _current(path()).get(section, {}).get(key)
+
+
+def recorded(section: str) -> bool:
+    """Tell whether anything was recorded under ``section`` (a key need not be computed).
+
+    Examples
+    --------
+    >>> recorded("a section never written")
+    False
+    """
+    with _lock:
+        return bool(_current(path()).get(section))
 
 
 @contextlib.contextmanager

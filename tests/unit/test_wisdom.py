@@ -62,10 +62,13 @@ def test_off_keeps_wisdom_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PYTAPP_WISDOM", "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     wisdom.forget()
+    assert not wisdom.recorded("product")
     wisdom.record("product", "k", 1)
     assert wisdom.lookup("product", "k") == 1
+    assert wisdom.recorded("product") and not wisdom.recorded("network")
     assert not any(tmp_path.iterdir())
     wisdom.forget()
+    assert not wisdom.recorded("product")
 
 
 def test_default_path_is_the_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytapp.analysis.cost import flop_count
 from pytapp.analysis.labels import LabelClasses, Modes, check_structure, classify, merge_modes
@@ -31,7 +31,7 @@ from pytapp.datatypes import Datatype, ElementOp, as_element_op
 from pytapp.errors import ErrorCode, error_for
 from pytapp.precision import ComputeRule, Prectype, as_prectype, compute_rule
 
-__all__ = ["ContractionSpec", "OperandInput", "OperandSpec", "build_spec"]
+__all__ = ["ContractionSpec", "LayoutTraits", "OperandInput", "OperandSpec", "build_spec"]
 
 Label = Hashable
 #: (datatype, extents, strides, labels, op) of one operand, as given to :func:`build_spec`.
@@ -67,6 +67,15 @@ class OperandSpec:
         return prod(self.modes.extents)
 
 
+class LayoutTraits(NamedTuple):
+    """What a product's operands need of a backend: checked once per spec, not per backend."""
+
+    most_modes: int  # merged modes of the operand with the most
+    repeated: bool  # some operand repeats a label (a diagonal)
+    negative: bool  # some stride is negative
+    zero: bool  # some mode of extent above 1 has stride 0
+
+
 @dataclass(frozen=True)
 class ContractionSpec:
     """Pure, hashable description of ``D := op_D(alpha op_A(A) op_B(B) + beta op_C(C))``."""
@@ -83,10 +92,26 @@ class ContractionSpec:
     flops: int
     _extent_map: dict[Label, int] = field(init=False, repr=False, compare=False, hash=False)
     _hash: list[int] = field(init=False, repr=False, compare=False, hash=False)
+    _traits: list[LayoutTraits] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_extent_map", dict(self.label_extents))
         object.__setattr__(self, "_hash", [])
+        object.__setattr__(self, "_traits", [])
+
+    @property
+    def traits(self) -> LayoutTraits:
+        """Return what backends' capabilities ask of the operands' layouts, computed once."""
+        known = self._traits
+        if not known:
+            ops = self.operands
+            known.append(LayoutTraits(
+                most_modes=max(len(op.modes.labels) for op in ops),
+                repeated=any(len(op.modes.labels) != len(op.labels) for op in ops),
+                negative=any(s < 0 for op in ops for s in op.strides),
+                zero=any(s == 0 and e > 1 for op in ops
+                         for s, e in zip(op.strides, op.extents, strict=True))))
+        return known[0]
 
     def __hash__(self) -> int:
         """Return the fields' hash, computed once (plans look specs up in several caches)."""

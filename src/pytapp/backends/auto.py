@@ -225,8 +225,10 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
     # priced here as that call's overhead. ``imports``: price the import at any size (the
     # model's choice: a 3 ms product chose torch, on a machine whose measured MKL rate was
     # 1.5x OpenBLAS's, and paid 2 s to import it); the tuners count it in their budgets.
-    loading = {name: backends.import_seconds(name) for name in out}
     small = min(out.values()) < OVERHEADS_MATTER_BELOW
+    if not (small or imports):
+        return out
+    loading = {name: backends.import_seconds(name) for name in out}
     if small:
         ready = [name for name in out if loading[name] == 0.0]
         for name, seconds in call_overheads(ready).items():
@@ -313,7 +315,7 @@ class AutoPlan:
 
     ``general``: the backend for calls with alpha other than 1 or with C, where the choice was
     priced at torch's native low-precision rate, which only those without hold (None: the
-    choice runs every call).
+    choice runs every call). ``key``: the product's wisdom key (computed when not given).
     """
 
     @property
@@ -327,8 +329,8 @@ class AutoPlan:
 
     def __init__(self, spec: ContractionSpec, candidates: dict[str, Backend], choice: str,
                  executor: Executor | None, predicted: dict[str, float] | None = None,
-                 planned: dict[str, BackendPlan] | None = None, general: str | None = None
-                 ) -> None:
+                 planned: dict[str, BackendPlan] | None = None, general: str | None = None,
+                 key: str | None = None) -> None:
         self.spec, self.candidates, self.choice = spec, candidates, choice
         planned = dict(planned or {})
         self.plans: dict[str, BackendPlan] = {
@@ -341,7 +343,7 @@ class AutoPlan:
                 planned.pop(self.general) if self.general in planned
                 else candidates[self.general].plan(spec, executor))
             self._general_prefix = f"auto -> {self.general}: "
-        self.key = _key(spec)
+        self.key = _key(spec) if key is None else key
         self.tuned = False
         self.budget = wisdom.Budget()  # executions so far, and their seconds
         self.predicted = dict(predicted or {})
@@ -601,7 +603,8 @@ class AutoBackend(Stateless):
         """Pick by this machine's wisdom, else by the cost model; plan on that backend."""
         from pytapp import backends
 
-        known = wisdom.lookup("product", _key(spec))
+        key = _key(spec)
+        known = wisdom.lookup("product", key)
         remembered = known.get("choice") if isinstance(known, dict) else None
         seconds = known.get("seconds") if isinstance(known, dict) else None
         if isinstance(seconds, dict):  # decided again by today's rule (an older file's min)
@@ -616,11 +619,14 @@ class AutoBackend(Stateless):
             blas = backends.get("blas")
             if blas.capabilities.unsupported_reason(spec) is None:
                 return CompiledPlan(spec, blas, executor)
-        return self.priced(spec, executor, remembered)
+        return self.priced(spec, executor, remembered, key)
 
     def priced(self, spec: ContractionSpec, executor: Executor | None,
-               remembered: object = None) -> AutoPlan:
-        """Plan on the remembered choice, else the cost model's, among every capable backend."""
+               remembered: object = None, key: str | None = None) -> AutoPlan:
+        """Plan on the remembered choice, else the cost model's, among every capable backend.
+
+        ``key``: the product's wisdom key, when the caller has it.
+        """
         from pytapp import backends
 
         candidates: dict[str, Backend] = {}
@@ -650,14 +656,16 @@ class AutoBackend(Stateless):
         general = (model_choice(spec, list(candidates), profile, machine, native=False)
                    if choice == "torch" and spec.native_low is not None else None)
         try:
-            plan = AutoPlan(spec, candidates, str(choice), executor, predicted, planned, general)
+            plan = AutoPlan(spec, candidates, str(choice), executor, predicted, planned, general,
+                            key)
         except TappError:
             # Capabilities do not say everything (torch and tblis take at most 52 labels,
             # a library may refuse a layout): only auto may choose another backend.
             choice = "blas" if "blas" in candidates and choice != "blas" else "reference"
-            plan = AutoPlan(spec, candidates, choice, executor, predicted, planned)
+            plan = AutoPlan(spec, candidates, choice, executor, predicted, planned, key=key)
         plan.tuned = remembered in candidates
-        _log.debug("auto on %s: %s (%s); predicted %s", spec.einsum(), plan.choice,
-                   "remembered" if plan.tuned else "cost model",
-                   ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in predicted.items()))
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("auto on %s: %s (%s); predicted %s", spec.einsum(), plan.choice,
+                       "remembered" if plan.tuned else "cost model",
+                       ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in predicted.items()))
         return plan

@@ -59,7 +59,10 @@ class Capabilities:
 
     def check_datatypes(self, datatypes: tuple[Datatype, ...]) -> str | None:
         """Reason the datatypes are unsupported, or ``None``."""
-        missing = sorted({dt.name for dt in datatypes if dt not in self.datatypes})
+        kinds = set(datatypes)
+        if kinds <= self.datatypes and (self.mixed_datatypes or len(kinds) == 1):
+            return None
+        missing = sorted({dt.name for dt in kinds if dt not in self.datatypes})
         if missing:
             return "datatypes " + ", ".join(missing) + " are not supported"
         if not self.mixed_datatypes and len(set(datatypes)) > 1:
@@ -77,6 +80,12 @@ class Capabilities:
             return "broadcast labels (Case 5) are not supported"
         if (spec.classes.IA or spec.classes.IB) and not self.isolated_labels:
             return "isolated labels (Case 4 reductions) are not supported"
+        traits = spec.traits  # the common case, every layout accepted, without the loop below
+        if (traits.most_modes <= self.max_modes
+                and (self.repeated_labels or not traits.repeated)
+                and (self.negative_strides or not traits.negative)
+                and (self.zero_strides or not traits.zero)):
+            return None
         for op in spec.operands:
             if len(op.modes.labels) > self.max_modes:
                 return (f"{op.role} has {len(op.modes.labels)} modes, more than this backend's "
