@@ -882,10 +882,10 @@ static void pack_strides(const Nest *n, npy_intp item, npy_intp *dst) {
     for (int l = n->nout; l < n->nl; ++l) dst[l] = 0;
 }
 
-static void copy_order(const Nest *n, npy_intp item, Nest *m) {
+static void copy_order(const Nest *n, Nest *m) {
     const int nout = n->nout;
-    npy_intp dst[MAXL], key[MAXL];
-    pack_strides(n, item, dst);
+    const npy_intp *dst = n->st[1]; /* the destination's strides */
+    npy_intp key[MAXL];
     int order[MAXL];
     for (int l = 0; l < nout - 1; ++l) {
         const npy_intp a = abs_stride(n->st[0][l]), b = abs_stride(dst[l]);
@@ -915,6 +915,11 @@ static void copy_order(const Nest *n, npy_intp item, Nest *m) {
  * 6.0 -> 4.1) */
 #define PACK_ROW_FAR 4096
 #define PACK_ROW_FAR_MIN 12
+/* Rows of two labels (pack_row_outer) longer than a chunk only where the inner label's rows are
+ * shorter than this many bytes (hkrbqn summing r, rows of 148 bytes that became 24.8 KB in
+ * chunks of 481 numbers: 2.1 -> 2.4 ms; lixk summing i, 76 bytes that became 4.4 KB: 6.5 ->
+ * 2.4 ms). */
+#define PACK_ROW_SHORT 128
 
 /* The label a pack that sums labels sums by rows, or -1: the kept one the source runs along
  * fastest, where it does so faster than along every summed label. Each row of the destination
@@ -935,6 +940,35 @@ static int pack_row_label(const Nest *n) {
         if (near < 0 || s < near) near = s;
     }
     return near >= PACK_ROW_FAR && n->ext[r] < PACK_ROW_FAR_MIN ? -1 : r;
+}
+
+/* A second kept label for the rows of label r (pack_row_label), or -1: one the source steps
+ * through right after r's run (its stride r's extent times r's), nearer than every summed label,
+ * so that a row of both is one run of the source, summed as one loop and stored into the
+ * destination by two; only where the summed terms lie within a page or within the row (the
+ * source then streams: rows of a label whose terms lie far apart lost, fxin summing f, 148 KB
+ * apart, 3.7 -> 4.5 ms) and the row fits a chunk or r's rows are short (PACK_ROW_SHORT). A
+ * destination whose order of the two differs from the source's summed rows of r's extent
+ * alone: kecoz summing c into [z][o][k e] (F64, 75 MB) in rows of z (19) where (o z) runs
+ * 342 long: 6.8 -> 3.7 ms (with the cut of run_pack_split). */
+static int pack_row_outer(const Nest *n, int r) {
+    const npy_intp run = n->st[0][r] * n->ext[r];
+    if (n->ext[r] * 2 > PACK_ROW_CHUNK) return -1;
+    int r2 = -1;
+    for (int l = 0; l < n->nout && r2 < 0; ++l)
+        if (l != r && n->ext[l] > 1 && n->st[0][l] == run) r2 = l;
+    if (r2 < 0) return -1;
+    npy_intp near = -1; /* the summed labels' smallest stride */
+    for (int l = n->nout; l < n->nl; ++l) {
+        if (n->ext[l] < 2) continue;
+        const npy_intp st = abs_stride(n->st[0][l]);
+        if (st <= abs_stride(run)) return -1;
+        if (near < 0 || st < near) near = st;
+    }
+    const npy_intp row = abs_stride(run) * n->ext[r2]; /* the row's bytes in the source */
+    if (near > (row > PACK_ROW_FAR ? row : PACK_ROW_FAR)) return -1;
+    /* a row longer than a chunk only where r's own rows are shorter than PACK_ROW_SHORT */
+    return n->ext[r] * n->ext[r2] <= PACK_ROW_CHUNK || abs_stride(run) < PACK_ROW_SHORT ? r2 : -1;
 }
 
 /* The kept labels of a row-sum nest (st[1]: the destination's strides) reordered by the source's
@@ -1001,21 +1035,24 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
 #define PACK_LANES 8
 #define PACK_LANES_RUN 64
 
-/* dst (contiguous, in the nest's output order) = sum over its summed labels of op(src). */
+/* dst = sum over its summed labels of op(src): contiguous, in the nest's output order, or
+ * (`given`) at the byte strides in the nest's st[1] (0 for the summed labels: a worker's part
+ * of a pack cut along another label than the first, see run_pack_split). */
 #define PACK_KERNEL(NAME, T, CPLX)                                                              \
-    static void pack_##NAME(const Nest *n0, const char *src, char *dst, int conj) {             \
-        Nest merged_; /* (a copy keeps its labels: see nest_merged) */                          \
-        nest_merged(n0, 1, &merged_);                                                           \
-        const Nest *n = merged_.nl > merged_.nout ? &merged_ : n0;                              \
+    static void pack_##NAME(const Nest *n0, const char *src, char *dst, int conj, int given) {  \
+        Nest full_ = *n0, merged_; /* (a copy keeps its labels: see nest_merged) */             \
+        if (!given) pack_strides(n0, (CPLX ? 2 : 1) * (npy_intp)sizeof(T), full_.st[1]);        \
+        nest_merged(&full_, 2, &merged_);                                                       \
+        const Nest *n = merged_.nl > merged_.nout ? &merged_ : &full_;                          \
         npy_intp idx[MAXL] = {0};                                                               \
         npy_intp o[4] = {0, 0, 0, 0};                                                           \
         const int nl = n->nl, nout = n->nout;                                                   \
-        T *out = (T *)dst;                                                                      \
+        T *out;                                                                                 \
         const T sgn = conj ? (T)-1 : (T)1;                                                      \
         int done = 0;                                                                           \
         if (nl == nout && nout > 0) { /* a copy: the innermost label as a plain loop */        \
             Nest m_, o_;                                                                        \
-            copy_order(n, (CPLX ? 2 : 1) * (npy_intp)sizeof(T), &o_);                           \
+            copy_order(n, &o_);                                                                 \
             nest_merged(&o_, 2, &m_);                                                           \
             if (m_.nout < 1) { /* (a single element) */                                         \
                 memcpy(dst, src, (CPLX ? 2 : 1) * sizeof(T));                                   \
@@ -1048,14 +1085,18 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
         if (r_ >= 0) { /* rows of the kept label the source runs along, each summed in place */ \
             Nest m_ = *n; /* st[1]: the destination's strides; the row label out of the odometer */ \
             const npy_intp w = CPLX ? 2 : 1, z = w * (npy_intp)sizeof(T);                       \
-            pack_strides(n, z, m_.st[1]);                                                       \
-            const npy_intp e = n->ext[r_], s = n->st[0][r_], ds = m_.st[1][r_];                 \
+            const int r2_ = pack_row_outer(n, r_); /* the row's outer label, or -1 */           \
+            const npy_intp e1 = n->ext[r_], s = n->st[0][r_], ds = m_.st[1][r_];                \
+            const npy_intp e2 = r2_ >= 0 ? n->ext[r2_] : 1, ds2 = r2_ >= 0 ? m_.st[1][r2_] : 0; \
+            const npy_intp e = e1 * e2; /* a row: e elements s apart in the source */           \
+            const npy_intp chunk = r2_ >= 0 ? PACK_ROW_CHUNK / e1 * e1 : PACK_ROW_CHUNK;        \
             m_.ext[r_] = 1;                                                                     \
+            if (r2_ >= 0) m_.ext[r2_] = 1;                                                      \
             rows_by_source(&m_);                                                                \
             T buf[2 * PACK_ROW_CHUNK]; /* a row's sums, contiguous, then stored */              \
             while (!done) {                                                                     \
-                for (npy_intp i0 = 0; i0 < e; i0 += PACK_ROW_CHUNK) {                           \
-                    const npy_intp len = e - i0 < PACK_ROW_CHUNK ? e - i0 : PACK_ROW_CHUNK;     \
+                for (npy_intp i0 = 0; i0 < e; i0 += chunk) {                                    \
+                    const npy_intp len = e - i0 < chunk ? e - i0 : chunk;                       \
                     memset(buf, 0, (size_t)(w * len) * sizeof(T));                              \
                     npy_intp jdx[MAXL];                                                         \
                     for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                             \
@@ -1077,16 +1118,21 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
                         }                                                                       \
                         ODOMETER_STEP(&m_, jdx, nout, nl, q, 1, inner_done);                    \
                     }                                                                           \
-                    char *row = dst + o[1] + i0 * ds;                                           \
                     if (CPLX && conj)                                                           \
                         for (npy_intp i = 0; i < len; ++i) buf[2 * i + 1] = -buf[2 * i + 1];    \
-                    if (ds == z) {                                                              \
-                        memcpy(row, buf, (size_t)(w * len) * sizeof(T));                        \
-                    } else {                                                                    \
-                        for (npy_intp i = 0; i < len; ++i) {                                    \
-                            T *y = (T *)(row + i * ds);                                         \
-                            y[0] = buf[w * i];                                                  \
-                            if (CPLX) y[CPLX] = buf[w * i + CPLX];                              \
+                    /* stored as len / e1 rows of e1 (r2_ < 0: one row, from i0 along r_) */   \
+                    const npy_intp rows = r2_ >= 0 ? len / e1 : 1, rl = r2_ >= 0 ? e1 : len;    \
+                    for (npy_intp j = 0; j < rows; ++j) {                                       \
+                        char *row = dst + o[1] + (r2_ >= 0 ? (i0 / e1 + j) * ds2 : i0 * ds);    \
+                        const T *b_ = buf + w * j * rl;                                         \
+                        if (ds == z) {                                                          \
+                            memcpy(row, b_, (size_t)(w * rl) * sizeof(T));                      \
+                        } else {                                                                \
+                            for (npy_intp i = 0; i < rl; ++i) {                                 \
+                                T *y = (T *)(row + i * ds);                                     \
+                                y[0] = b_[w * i];                                               \
+                                if (CPLX) y[CPLX] = b_[w * i + CPLX];                           \
+                            }                                                                   \
                         }                                                                       \
                     }                                                                           \
                 }                                                                               \
@@ -1132,14 +1178,10 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
                 accr = x[0];                                                                    \
                 if (CPLX) acci = x[1];                                                          \
             }                                                                                   \
-            if (CPLX) {                                                                         \
-                out[0] = accr;                                                                  \
-                out[1] = sgn * acci;                                                            \
-                out += 2;                                                                       \
-            } else {                                                                            \
-                *out++ = accr;                                                                  \
-            }                                                                                   \
-            ODOMETER_STEP(n, idx, 0, nout, o, 1, done);                                         \
+            out = (T *)(dst + o[1]);                                                            \
+            out[0] = accr;                                                                      \
+            if (CPLX) out[1] = sgn * acci;                                                      \
+            ODOMETER_STEP(n, idx, 0, nout, o, 2, done);                                         \
         }                                                                                       \
     }
 
@@ -1242,10 +1284,10 @@ STORE_KERNEL(c128, double, 1)
 static void run_pack(const Program *p, const Nest *n, const char *src, char *dst, int conj) {
     if (!conj && pack_tiled(n, src, dst, p->item)) return;
     switch (p->dtype) {
-        case DT_F32: pack_f32(n, src, dst, conj); break;
-        case DT_F64: pack_f64(n, src, dst, conj); break;
-        case DT_C64: pack_c64(n, src, dst, conj); break;
-        default: pack_c128(n, src, dst, conj); break;
+        case DT_F32: pack_f32(n, src, dst, conj, 0); break;
+        case DT_F64: pack_f64(n, src, dst, conj, 0); break;
+        case DT_C64: pack_c64(n, src, dst, conj, 0); break;
+        default: pack_c128(n, src, dst, conj, 0); break;
     }
 }
 
@@ -2876,41 +2918,80 @@ static void run_loop_split(const Program *p, cval al, cval be, const char *A, co
 }
 
 /* Packs of at least this many bytes are shared out over the BLAS's pool along the nest's first
- * label, the destination's outermost (each worker packs its own contiguous part of it). */
+ * label, the destination's outermost (each worker packs its own contiguous part of it), or
+ * along another kept label (pack_cut). */
 #define PACK_SPLIT_MIN (1 << 18)
+/* A pack that sums is cut along the kept label the source steps through slowest where the
+ * first one steps through it by less than PACK_CUT_NEAR bytes, and that label has at least
+ * PACK_CUT_ROW bytes of the destination per index of the labels before it (a boundary between
+ * two workers' parts shares a cache line of it once per such row) and splits evenly (a multiple
+ * of the workers, or PACK_CUT_SHARES times as many indices). Cut along the first label, each
+ * worker read pieces of every page of the source: kecoz summing c into [z][o][k e] (z the
+ * source's fastest, 19 F64 numbers; 75 MB) 12.3 ms on two threads, 8.4 on one, 6.8 cut along
+ * (k e); lgbdrx summing d into [r][g b][l][x] (r's stride 144 bytes) 13.3 -> 8.6 ms. */
+#define PACK_CUT_NEAR 4096
+#define PACK_CUT_SHARES 4
+#define PACK_CUT_ROW 1024
 
 typedef struct {
-    Nest n; /* the packing nest with its first label cut to this worker's range */
+    Nest n; /* the packing nest with its cut label cut to this worker's range */
     const Program *p;
     const char *src;
     char *dst;
-    int conj;
+    int conj, cut; /* cut > 0: n's st[1] holds the destination's strides */
 } PackJob;
 
 static void pack_task(void *arg) {
     PackJob *j = (PackJob *)arg;
-    if (j->n.ext[0] > 0) run_pack(j->p, &j->n, j->src, j->dst, j->conj);
+    if (j->n.ext[j->cut] < 1) return;
+    if (j->cut == 0) {
+        run_pack(j->p, &j->n, j->src, j->dst, j->conj);
+        return;
+    }
+    switch (j->p->dtype) {
+        case DT_F32: pack_f32(&j->n, j->src, j->dst, j->conj, 1); break;
+        case DT_F64: pack_f64(&j->n, j->src, j->dst, j->conj, 1); break;
+        case DT_C64: pack_c64(&j->n, j->src, j->dst, j->conj, 1); break;
+        default: pack_c128(&j->n, j->src, j->dst, j->conj, 1); break;
+    }
+}
+
+/* The label a pack is shared out along (0: its first; see PACK_CUT_NEAR), given the
+ * destination's strides `ds` and the workers there would be. */
+static int pack_cut(const Nest *n, const npy_intp *ds, int workers) {
+    if (n->nl <= n->nout || n->nout < 2 || abs_stride(n->st[0][0]) >= PACK_CUT_NEAR) return 0;
+    int cut = 0;
+    for (int l = 1; l < n->nout; ++l)
+        if ((n->ext[l] % workers == 0 || n->ext[l] >= PACK_CUT_SHARES * workers)
+            && abs_stride(n->st[0][l]) > abs_stride(n->st[0][cut])
+            && ds[l] * n->ext[l] >= PACK_CUT_ROW)
+            cut = l;
+    return cut;
 }
 
 static void run_pack_split(const Program *p, const Nest *n, const char *src, char *dst,
                            int conj, npy_intp bytes) {
-    const int workers = pool_workers(n->nout > 0 ? n->ext[0] : 1, bytes >= PACK_SPLIT_MIN);
+    npy_intp ds[MAXL]; /* the destination's strides: contiguous, in the nest's order */
+    pack_strides(n, p->item, ds);
+    const int most = pool_workers(MAX_WORKERS, bytes >= PACK_SPLIT_MIN);
+    const int cut = n->nout > 0 ? pack_cut(n, ds, most) : 0;
+    const int workers = pool_workers(n->nout > 0 ? n->ext[cut] : 1, bytes >= PACK_SPLIT_MIN);
     PackJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(PackJob)) : NULL;
     if (!jobs) {
         run_pack(p, n, src, dst, conj);
         return;
     }
-    const npy_intp first = n->ext[0];
-    npy_intp per = p->item; /* bytes of dst per index of the first label */
-    for (int l = 1; l < n->nout; ++l) per *= n->ext[l];
+    const npy_intp first = n->ext[cut];
     for (int w = 0; w < workers; ++w) {
         const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
         memcpy(&jobs[w].n, n, sizeof(Nest));
-        jobs[w].n.ext[0] = stop - start;
+        jobs[w].n.ext[cut] = stop - start;
+        if (cut > 0) memcpy(jobs[w].n.st[1], ds, sizeof(ds));
         jobs[w].p = p;
-        jobs[w].src = src + start * n->st[0][0];
-        jobs[w].dst = dst + start * per;
+        jobs[w].src = src + start * n->st[0][cut];
+        jobs[w].dst = dst + start * ds[cut];
         jobs[w].conj = conj;
+        jobs[w].cut = cut;
     }
     g_pool_run(workers, (void *)pack_task, jobs, (int)sizeof(PackJob));
     free(jobs);
@@ -3223,10 +3304,10 @@ static void *packed_work(void *arg) {
         }
         j->nest.ext[j->axis] = cnt;
         switch (j->dt) {
-            case DT_F32: pack_f32(&j->nest, x, j->buf, j->conj); break;
-            case DT_F64: pack_f64(&j->nest, x, j->buf, j->conj); break;
-            case DT_C64: pack_c64(&j->nest, x, j->buf, j->conj); break;
-            default: pack_c128(&j->nest, x, j->buf, j->conj); break;
+            case DT_F32: pack_f32(&j->nest, x, j->buf, j->conj, 0); break;
+            case DT_F64: pack_f64(&j->nest, x, j->buf, j->conj, 0); break;
+            case DT_C64: pack_c64(&j->nest, x, j->buf, j->conj, 0); break;
+            default: pack_c128(&j->nest, x, j->buf, j->conj, 0); break;
         }
         const int64_t ldb = j->buf_t ? r : j->k;
         char *out = sub ? j->tbuf : j->out + i0 * j->unit * (j->col_major ? j->item : j->dr);

@@ -388,3 +388,26 @@ def test_packed_copies_merge_labels_that_run_as_one_after_ordering(dtype: type) 
     a, b = _ints((4, 6, 13, 4, 7, 4, 9), dtype, 41), _ints((21, 6, 4, 7, 4), dtype, 42)
     d = np.full((21, 4, 13, 7), np.nan, dtype=dtype)
     _run_checked("pnmtuiz,aniut->apmu", a, b, _ints(d.shape, dtype, 43), d, "packs A, B")
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("equation", "shapes"), [
+    # c summed out of A (kecoz) into [z][o][k e]: z, the source's fastest label, is the pack's
+    # first; rows of (o z) run on in the source right before c's terms (one row of 133), and
+    # a pack of 272 KB or more (F64: 545 KB) is shared out along (k e), not along z
+    ("kecoz,wezkr->wozr", ((16, 32, 5, 7, 19), (3, 32, 19, 16, 2))),
+    ("wezkr,kecoz->wozr", ((3, 32, 19, 16, 2), (16, 32, 5, 7, 19))),
+    # i summed out of A: rows of (x k), 1102 long, in chunks (F32: k's own rows are 76 bytes)
+    ("lixk,klq->qx", ((3, 9, 58, 19), (19, 3, 5))),
+    ("klq,lixk->qx", ((19, 3, 5), (3, 9, 58, 19))),
+])
+def test_packs_that_sum_rows_of_two_labels_and_cut_along_another_label(
+        dtype: type, equation: str, shapes: tuple[tuple[int, ...], ...]) -> None:
+    a, b = _ints(shapes[0], dtype, 51), _ints(shapes[1], dtype, 52)
+    out = equation.split("->")[1]
+    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
+                     strict=True))
+    d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
+    _run_checked(equation, a, b, _ints(d.shape, dtype, 53), d, "compiled: ttgt")
+    _run_checked(equation, a, b, None, d, "compiled: ttgt", conj_b=True)
