@@ -366,6 +366,12 @@ def test_elementwise_loop_nests_with_short_rows_match_numpy(
     ("nueif,mn->mui", ((8, 20, 2, 30, 67), (16, 8))),
     # f summed across the whole of A, whose other labels lie as the pack writes them: one row
     ("fpwdm,oqp->mwoqd", ((3, 24, 6, 9, 16), (5, 6, 24))),
+    # s (41: 5 partial sums' steps and a tail of 1) summed per element of [d][i][p][t], the
+    # elements walked in A's order (d, the pack's first label, is A's second fastest)
+    ("iptds,dl->lipt", ((6, 5, 3, 7, 41), (7, 20))),
+    # runs of 17 (partial sums and a tail) and 15 (one sum) at the edge of PACK_LANES_RUN
+    ("kfsyx,srk->yrf", ((5, 3, 4, 6, 17), (4, 30, 5))),
+    ("kfsyx,srk->yrf", ((5, 3, 4, 6, 15), (4, 30, 5))),
 ])
 def test_packs_that_sum_long_runs_and_merged_rows_match_numpy(dtype: type, equation: str,
                                                               shapes: tuple[tuple[int, ...],
