@@ -417,3 +417,27 @@ def test_packs_that_sum_rows_of_two_labels_and_cut_along_another_label(
     d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
     _run_checked(equation, a, b, _ints(d.shape, dtype, 53), d, "compiled: ttgt")
     _run_checked(equation, a, b, None, d, "compiled: ttgt", conj_b=True)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize(("equation", "shapes", "route"), [
+    # each GEMV on a view would read 60 rows of j (12 numbers) f * j numbers apart: one GEMV
+    # over (f j) reads A in order, its result stored into D transposed
+    ("ifj,i->jf", ((60, 40, 12), (60,)), "packs none"),
+    ("i,ifj->jf", ((60,), (60, 40, 12)), "packs none"),
+    # a batch (d) of GEMVs, the vector packed
+    ("dqkb,bd->qdk", ((30, 20, 13, 30), (30, 30)), "packs B"),
+    ("mpown,mp->nwo", ((12, 13, 10, 8, 9), (12, 13)), "packs none"),
+])
+def test_gemv_like_products_whose_views_scatter_run_as_one_gemv(
+        dtype: type, equation: str, shapes: tuple[tuple[int, ...], ...], route: str) -> None:
+    a, b = _ints(shapes[0], dtype, 61), _ints(shapes[1], dtype, 62)
+    out = equation.split("->")[1]
+    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
+                     strict=True))
+    d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
+    _run_checked(equation, a, b, _ints(d.shape, dtype, 63), d, "compiled: ttgt")
+    _run_checked(equation, a, b, _ints(d.shape, dtype, 63), d, route)
+    d[...] = np.nan
+    _run_checked(equation, a, b, None, d, "compiled:", conj_b=True)  # B conjugated: packed
