@@ -251,6 +251,15 @@ def test_gemv_like_sums_rows_along_a_label_strided_in_d(dtype: type, with_c: boo
     _run_checked("dacb,cd->ba", a, b, c, d, "summed row by row")
 
 
+def _operands(equation: str, shapes: tuple[tuple[int, ...], ...], dtype: type,
+              seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A and B of ``shapes`` (exact integers; seeds ``seed`` and ``seed + 1``), D all NaN."""
+    a, b = _ints(shapes[0], dtype, seed), _ints(shapes[1], dtype, seed + 1)
+    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
+                     strict=True))
+    return a, b, np.full([sizes[x] for x in equation.split("->")[1]], np.nan, dtype=dtype)
+
+
 @compiled_only
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize(("d_extent", "with_c"), [(3, False), (2, True), (3, True)])
@@ -376,11 +385,7 @@ def test_elementwise_loop_nests_with_short_rows_match_numpy(
 def test_packs_that_sum_long_runs_and_merged_rows_match_numpy(dtype: type, equation: str,
                                                               shapes: tuple[tuple[int, ...],
                                                                             ...]) -> None:
-    a, b = _ints(shapes[0], dtype, 31), _ints(shapes[1], dtype, 32)
-    out = equation.split("->")[1]
-    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
-                     strict=True))
-    d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
+    a, b, d = _operands(equation, shapes, dtype, 31)
     c = _ints(d.shape, dtype, 33)
     _run_checked(equation, a, b, c, d, "packs A")
     _run_checked(equation, a, b, None, d, "packs A", conj_b=True)
@@ -410,11 +415,7 @@ def test_packed_copies_merge_labels_that_run_as_one_after_ordering(dtype: type) 
 ])
 def test_packs_that_sum_rows_of_two_labels_and_cut_along_another_label(
         dtype: type, equation: str, shapes: tuple[tuple[int, ...], ...]) -> None:
-    a, b = _ints(shapes[0], dtype, 51), _ints(shapes[1], dtype, 52)
-    out = equation.split("->")[1]
-    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
-                     strict=True))
-    d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
+    a, b, d = _operands(equation, shapes, dtype, 51)
     _run_checked(equation, a, b, _ints(d.shape, dtype, 53), d, "compiled: ttgt")
     _run_checked(equation, a, b, None, d, "compiled: ttgt", conj_b=True)
 
@@ -432,11 +433,7 @@ def test_packs_that_sum_rows_of_two_labels_and_cut_along_another_label(
 ])
 def test_gemv_like_products_whose_views_scatter_run_as_one_gemv(
         dtype: type, equation: str, shapes: tuple[tuple[int, ...], ...], route: str) -> None:
-    a, b = _ints(shapes[0], dtype, 61), _ints(shapes[1], dtype, 62)
-    out = equation.split("->")[1]
-    sizes = dict(zip(equation.split("->")[0].replace(",", ""), (*shapes[0], *shapes[1]),
-                     strict=True))
-    d = np.full([sizes[x] for x in out], np.nan, dtype=dtype)
+    a, b, d = _operands(equation, shapes, dtype, 61)
     _run_checked(equation, a, b, _ints(d.shape, dtype, 63), d, "compiled: ttgt")
     _run_checked(equation, a, b, _ints(d.shape, dtype, 63), d, route)
     d[...] = np.nan
