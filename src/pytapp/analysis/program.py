@@ -141,9 +141,10 @@ VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
 #: way to one GEMV over all of the thick operand's free labels, which reads it in order (TTGT
 #: that packs nothing of it; the result stored into D). Not priced: the model sees the same
 #: bytes and flops either way. On the 15 seeded products of seeds 0-3000 this admits (2-core
-#: EPYC, blas's plan with C), 1.02-3.4x (``mpown,mp->nwo``, C64, 88 GEMVs: 12.6 -> 3.7 ms;
-#: ``kxl,k->lx``, F32, rows of 140 bytes: 2.7 -> 1.2); the GEMVs on views that stayed, rows of
+#: EPYC, blas's plan with C), 1.19-3.38x (``mpown,mp->nwo``, C64, 88 GEMVs: 12.9 -> 3.8 ms;
+#: ``kxl,k->lx``, F32, rows of 140 bytes: 2.9 -> 1.3); the GEMVs on views that stayed, rows of
 #: 632 bytes or more or matrices whose rows follow one another, ran 0.76-1.27x as fast that way.
+#: On 28 products of seeds 3000-12000 not used to choose it: 0.90-3.06x, geometric mean 1.6x.
 GEMV_SCATTER_RUN = 512
 TTGT_STORE_MAX_BYTES = 1 << 24
 #: A GEMM whose thin side has at most THIN_MAX rows (or columns), and whose thick operand
@@ -1072,6 +1073,7 @@ def _one_gemv(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: in
         return None
     thick = g.a if g.n == 1 else g.b
     (e0, e1), (s0, s1) = thick.shape[-2:], thick.strides[-2:]
+    # each row: ``run`` numbers along the unit stride, rows ``gap`` apart (equal: one block)
     run, gap = (e1, abs(s0)) if abs(s1) == 1 else (e0, abs(s1)) if abs(s0) == 1 else (0, 0)
     if run == gap or run * item > GEMV_SCATTER_RUN:
         return None
@@ -1471,9 +1473,10 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     if chosen is None and gemm and not gemv_like:
         chosen = _choose_gemm(spec, item)
         one_gemv = None if chosen is None else _one_gemv(spec, chosen[0], out, item)
-        if chosen is not None and (one_gemv is not None or _ttgt_cheaper(
-                spec, chosen[0], out, item) or (rows and chosen[0].m * chosen[0].n == 1)):
-            chosen = None  # (dots that stride: summed by rows)
+        if chosen is not None and (
+                one_gemv is not None or _ttgt_cheaper(spec, chosen[0], out, item)
+                or (rows and chosen[0].m * chosen[0].n == 1)):  # dots that stride: by rows
+            chosen = None
     # rows that stream beat GEMMs with a side of a few elements, whatever the size
     by_rows = rows and gemm and not gemv_like and madds > LOOP_MAX_MADDS and _rows_cheaper(
         spec, chosen, out, item, madds)
