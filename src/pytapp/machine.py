@@ -109,6 +109,35 @@ class Machine:
         return long
 
 
+#: A GEMM's result is thin when one of its extents is at least this many times the other.
+FLIP_ASPECT = 4
+#: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
+#: (:meth:`Machine.tall_over_wide`) to be chosen for it.
+ORIENT_MARGIN = 1.1
+
+
+def wide_is_faster(rows: int, cols: int, dtype: str, k: int | None = None) -> bool | None:
+    """Whether this machine's BLAS computes a thin ``rows x cols`` GEMM result faster wide.
+
+    Wide: laid out with the longer extent contiguous (row-major ``rows x cols`` with
+    ``cols > rows``, or its transpose). ``dtype``: ``'f32'``, ``'f64'``, ``'c64'`` or
+    ``'c128'``; ``k``: the GEMM's sum (the preference depends on it). ``None``: the result is
+    not thin (:data:`FLIP_ASPECT`), or the machine has no preference clear by
+    :data:`ORIENT_MARGIN` in ``dtype`` for such a sum (other datatypes: none measured).
+
+    Examples
+    --------
+    >>> wide_is_faster(64, 64, "f64") is None  # square: no preference
+    True
+    """
+    if max(rows, cols) < FLIP_ASPECT * min(rows, cols) or dtype not in ORIENTED:
+        return None
+    ratio = constants().tall_over_wide(dtype, k)
+    if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
+        return None
+    return ratio >= ORIENT_MARGIN
+
+
 #: Libraries whose versions change what is fastest (read from their metadata, not imported).
 LIBRARIES = ("numpy", "torch", "pytblis", "pytapp")
 

@@ -36,7 +36,7 @@ from pytapp.errors import ErrorCode, error_for
 from pytapp.handle import Handle
 from pytapp.kernels.program import available as program_executor_built
 from pytapp.kernels.program import compile_chain
-from pytapp.machine import constants as machine_constants
+from pytapp.machine import wide_is_faster
 from pytapp.operands import BoundProduct
 from pytapp.product import TensorProduct
 from pytapp.tensor import TensorInfo, row_major_strides
@@ -55,11 +55,6 @@ STEP_PLAN_CACHE = 16
 #: run to run (the trial picked at random and cost its planning), those of 1.5 GFLOP ones
 #: 7-10% apart, the same way every run.
 FLIP_MIN_FLOPS = 1 << 30
-#: A last GEMM is thin when one of its free extents is at least this many times the other.
-FLIP_ASPECT = 4
-#: How much faster one layout of a thin GEMM's result must be on this machine's BLAS
-#: (:meth:`pytapp.machine.Machine.tall_over_wide`) to be taken without a trial.
-ORIENT_MARGIN = 1.1
 #: Fewest elements of the innermost run of a result that sums nothing (an outer product, a
 #: row scaled by a column): the larger operand's labels that make at least this run come last.
 BROADCAST_MIN_RUN = 128
@@ -306,29 +301,13 @@ class PathInfo:
         return "\n".join(lines)
 
 
-def _wide_is_faster(m: int, n: int, dtype: Datatype, k: int | None = None) -> bool | None:
-    """Whether this machine's BLAS writes an ``m x n`` thin GEMM result in ``dtype`` faster wide.
-
-    ``k``: the GEMM's sum (the preference depends on it). ``None``: the result is not thin,
-    or the machine has no clear preference in ``dtype`` for such a sum.
-    """
-    if max(m, n) < FLIP_ASPECT * min(m, n):
-        return None
-    ratio = machine_constants().tall_over_wide(dtype.short_name, k)
-    if 1 / ORIENT_MARGIN < ratio < ORIENT_MARGIN:
-        return None
-    return ratio >= ORIENT_MARGIN
-
-
 def machine_layout(natural: Network, flipped: Network, dtype: Datatype) -> Network | None:
     """Return the result layout this machine's BLAS writes faster, or ``None`` (try both).
 
     ``flipped`` is ``natural`` with its last GEMM transposed (:meth:`Network.flipped`). A
-    thin last GEMM (one free extent at least :data:`FLIP_ASPECT` times the other) without
-    batch labels takes the orientation the machine measured faster in ``dtype``
-    (:meth:`pytapp.machine.Machine.tall_over_wide`), when the preference is clear by
-    :data:`ORIENT_MARGIN`; a square or batched one, or a machine without a clear preference,
-    is tried both ways.
+    thin last GEMM without batch labels takes the orientation the machine measured faster in
+    ``dtype``, when the preference is clear (:func:`pytapp.machine.wide_is_faster`); a square
+    or batched one, or a machine without a clear preference, is tried both ways.
 
     Examples
     --------
@@ -340,7 +319,7 @@ def machine_layout(natural: Network, flipped: Network, dtype: Datatype) -> Netwo
     """
     if natural.final_batched():
         return None
-    wide = _wide_is_faster(*natural.final_extents(), dtype, natural.final_sum())
+    wide = wide_is_faster(*natural.final_extents(), dtype.short_name, natural.final_sum())
     if wide is None:
         return None
     return natural if natural.writes_wide() == wide else flipped
@@ -474,7 +453,8 @@ class Network:
             return False
         if self.final_batched():  # the probe measured a plain GEMM (batched ones differ)
             return False
-        wide = _wide_is_faster(*self.final_extents(), self.layout_dtype, self.final_sum())
+        wide = wide_is_faster(*self.final_extents(), self.layout_dtype.short_name,
+                              self.final_sum())
         return wide is not None and wide != self.writes_wide()
 
     def _final_gemm_orients(self) -> bool:
@@ -503,8 +483,8 @@ class Network:
             return False
         last = self.steps[-1]
         if (self.layout_dtype is not None and not self.final_batched()
-                and _wide_is_faster(*self.final_extents(), self.layout_dtype,
-                                    self.final_sum()) is not None):
+                and wide_is_faster(*self.final_extents(), self.layout_dtype.short_name,
+                                   self.final_sum()) is not None):
             return False  # the orientation this machine measured decides
         other = self._natural(last.b_labels, last.a_labels, set(last.out_labels))
         return gemm_transposes(last.a_labels, last.b_labels, other) < gemm_transposes(

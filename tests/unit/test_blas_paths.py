@@ -553,3 +553,34 @@ def test_batches_stored_in_groups_while_in_cache(
             plan.execute(3.0, a, b, -2.0, d if c_is_d else c, d)
             assert len(calls) == -(-sizes[la[0]] // 2)  # one store per group of two
             np.testing.assert_array_equal(d, want)
+
+
+@pytest.mark.parametrize("prefers", ["wide", "tall"])
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_thin_temporaries_are_computed_as_the_machine_writes_them_faster(
+        prefers: str, blocked: bool, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thin GEMM into a temporary (D not written in place) lays the temporary out as this
+    machine's BLAS writes faster, whole or in row blocks, and D gets the same numbers with C
+    and alpha: the temporary's two orientations both run (the probe's answer is forced)."""
+    ratio = 2.0 if prefers == "wide" else 0.5  # tall over wide
+    monkeypatch.setattr(blas, "wide_is_faster",
+                        lambda rows, cols, dt, k=None: None if max(rows, cols) < 4 * min(
+                            rows, cols) else ratio > 1)
+    monkeypatch.setattr(blas, "SMALL_ELEMENTS", 0)  # a GEMM, not numpy.einsum's small loop
+    if blocked:  # row blocks of 40 rows (one n) by 7 columns
+        monkeypatch.setattr(blas, "BLOCK_BYTES", 40 * 7 * 16)
+        monkeypatch.setattr(blas, "MIN_BLOCK_ROWS", 1)
+    rng = np.random.default_rng(3)
+    sizes = {"a": 3, "g": 4, "n": 6, "t": 5, "z": 8, "q": 7}  # rows n t z (240), columns q
+    a = _ints(rng, "agntz", sizes, dtype)
+    b = _ints(rng, "aqg", sizes, dtype)
+    c = _ints(rng, "nztq", sizes, dtype)
+    d = np.full(c.shape, np.nan, dtype=dtype)
+    info = pytapp.TensorInfo.from_array
+    plan = pytapp.TensorProduct(pytapp.Handle("blas"), info(a), "agntz", info(b), "aqg",
+                                info(c), "nztq", info(d), "nztq")
+    assert ("blocked over 6 slices" in plan.algorithm) == blocked, plan.algorithm
+    assert ("computed transposed" in plan.algorithm) == (prefers == "wide"), plan.algorithm
+    plan.execute(2.0, a, b, -1.0, c, d)
+    np.testing.assert_array_equal(d, 2 * np.einsum("agntz,aqg->nztq", a, b) - c)

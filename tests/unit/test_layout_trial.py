@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pytapp
-from pytapp import direct, network, numpy_api, wisdom
+from pytapp import direct, machine, network, numpy_api, wisdom
 from pytapp.datatypes import datatype_of
 from pytapp.expression import EinsumExpression, forget_expressions
 
@@ -29,7 +29,7 @@ def _small_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     machine whose BLAS writes thin results as fast either way (so thin ones are tried too)."""
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(network, "machine_constants", lambda: Machine("even"))
+    monkeypatch.setattr(machine, "constants", lambda: Machine("even"))
     monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1)
     monkeypatch.setattr(direct, "DIRECT_MAX_FLOPS", 0)  # planned at once, as large products are
     monkeypatch.setenv("PYTAPP_WISDOM", str(tmp_path / "wisdom.json"))
@@ -239,7 +239,7 @@ def test_thin_result_takes_the_machine_layout_without_a_trial(
     measurement is clear (tall_over_wide outside 1/1.1 .. 1.1); otherwise both are tried."""
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(network, "machine_constants",
+    monkeypatch.setattr(machine, "constants",
                         lambda: Machine("test", orientation={"f64": tall_over_wide}))
     ops = [_ints(s, i) for i, s in enumerate(shapes)]
     want = np.einsum(eq, *ops)
@@ -262,13 +262,13 @@ def test_a_recorded_layout_wins_over_the_machine_one(monkeypatch: pytest.MonkeyP
 
     eq, shapes = "ik,kj->ij", [(8, 5), (5, 40)]
     ops = [_ints(s, i) for i, s in enumerate(shapes)]
-    monkeypatch.setattr(network, "machine_constants", lambda: Machine("even"))
+    monkeypatch.setattr(machine, "constants", lambda: Machine("even"))
     first = EinsumExpression(eq, *shapes)
     while first._trial is not None:  # the trial decides and records its layout
         first(*ops)
     kept_rows = first(*ops).shape[int(np.argmax(first(*ops).strides))]
     for ratio in (1.5, 0.6):  # either clear preference: the recorded layout still wins
-        monkeypatch.setattr(network, "machine_constants",
+        monkeypatch.setattr(machine, "constants",
                             lambda ratio=ratio: Machine("test", orientation={"f64": ratio}))
         again = EinsumExpression(eq, *shapes)
         got = again(*ops)
@@ -289,7 +289,7 @@ def test_thin_last_gemm_of_any_size_takes_the_machine_orientation(
     from pytapp.analysis.subscripts import parse_subscripts
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(network, "machine_constants", lambda: Machine(
+    monkeypatch.setattr(machine, "constants", lambda: Machine(
         "test", orientation={"f64": tall_over_wide, "f32": 1 / tall_over_wide}))
     monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1 << 30)  # this module's fixture lowers it
     eq, shapes = "kjab,ki->ijab", [(4, 3, 10, 12), (4, 12)]
@@ -322,7 +322,7 @@ def test_batched_thin_last_gemm_keeps_its_natural_orientation(
     from pytapp.analysis.subscripts import parse_subscripts
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(network, "machine_constants",
+    monkeypatch.setattr(machine, "constants",
                         lambda: Machine("test", orientation={"f64": 2.0}))
     eq = parse_subscripts("bqd,bvd->bqv", [3, 3])
     net = network.Network(eq, [(3, 64, 8), (3, 4, 8)], free_layout=True,
@@ -341,7 +341,7 @@ def test_the_orientation_follows_the_length_of_the_sum(
     from pytapp.analysis.subscripts import parse_subscripts
     from pytapp.machine import Machine
 
-    monkeypatch.setattr(network, "machine_constants", lambda: Machine(
+    monkeypatch.setattr(machine, "constants", lambda: Machine(
         "test", orientation={"f64": 1.5, "f64@16": 0.5, "f64@64": 0.6, "f64@256": 1.5}))
     monkeypatch.setattr(network, "FLIP_MIN_FLOPS", 1 << 40)  # no trial: the machine decides
     eq, shapes = "kjab,ki->ijab", [(k, 3, 10, 12), (k, 12)]
