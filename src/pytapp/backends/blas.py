@@ -401,17 +401,18 @@ class BlasPlan(Stateless):
         if self.split_batches:
             self.algorithm += " (batch split across threads)"
         self.block = self._plan_blocks(first, second)
-        #: The temporary (whole, or each block's) computed transposed, D not written in
-        #: place: see _flips.
-        rows, cols = (self.n, self.m) if self.swap else (self.m, self.n)
-        self.flip_temp = self.kind is Kind.GEMM and not self.h and _flips(
-            rows if self.block is None else rows // self.block[0], cols, self.k, self.compute)
         if self.block is not None:
             self.algorithm += (f" (blocked over {self.block[0]} slices when D is not written "
                                "directly)")
+        self.workspace_bytes = self._workspace(first, second)
+        #: The temporary (whole, or each block's) computed transposed where D is not written
+        #: in place: see _flips.
+        rows, cols = (self.n, self.m) if self.swap else (self.m, self.n)
+        self.flip_temp = (self.kind is Kind.GEMM and not self.h and not self.profile.d_direct
+                          and _flips(rows if self.block is None else rows // self.block[0],
+                                     cols, self.k, self.compute))
         if self.flip_temp:
             self.algorithm += " (a temporary computed transposed, as this BLAS writes faster)"
-        self.workspace_bytes = self._workspace(first, second)
         #: BF16 GEMMs on the AMX tiles (see _run_tiles), where the CPU has them.
         self.tiles = self._tiles_fit()
         if self.tiles:
