@@ -438,3 +438,48 @@ def test_gemv_like_products_whose_views_scatter_run_as_one_gemv(
     _run_checked(equation, a, b, _ints(d.shape, dtype, 63), d, route)
     d[...] = np.nan
     _run_checked(equation, a, b, None, d, "compiled:", conj_b=True)  # B conjugated: packed
+
+
+@compiled_only
+@pytest.mark.parametrize(("equation", "shapes", "cache", "reused", "dtype"), [
+    # B (4.5 MB F64) does not move along g: g innermost, each slice of B read once, where x
+    # innermost read it once per g (16 slices of 280 KB between, past a cache of 1 MiB)
+    *(("hgl,xfh->xlgf", [(258, 8, 7), (16, 136, 258)], 1 << 20, "b", t)
+      for t in (np.float32, np.float64, np.complex64)),
+    # summed over r (kept outermost, D's stride 0); B (24 MB) steps by a part of its rows
+    # along z, by whole slices along m: z innermost
+    ("rzql,rmidzl->zmqid", [(4, 16, 6, 25), (4, 20, 19, 5, 16, 25)], 8 << 20, "part",
+     np.float64),
+])
+def test_batched_gemms_on_views_loop_in_the_order_that_fetches_fewest_lines(
+        monkeypatch: pytest.MonkeyPatch, equation: str, shapes: list[tuple[int, ...]],
+        cache: int, reused: str, dtype: type) -> None:
+    from pytapp.analysis import program as lowering
+
+    (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
+    alpha, beta = (2 - 1j, 1 + 2j) if np.dtype(dtype).kind == "c" else (2.0, -3.0)
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    steps = {}
+    monkeypatch.setattr(lowering, "BATCH_ORDER_BYTES", cache)
+    for name, margin in (("lowering", 0.0), ("fewest lines", lowering.BATCH_ORDER_MARGIN)):
+        monkeypatch.setattr(lowering, "BATCH_ORDER_MARGIN", margin)
+        lowering._lower.cache_clear()
+        a, b, d = _operands(equation, (shapes[0], shapes[1]), dtype, 61)
+        c = _ints(d.shape, dtype, 63)  # (summed GEMMs on views add into D where C lies as D)
+        plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), la,
+                             TensorInfo.from_array(b), lb, TensorInfo.from_array(c), ld,
+                             TensorInfo.from_array(d), ld)
+        assert "gemms on strided views" in plan.algorithm, plan.algorithm
+        steps[name] = lowering.lower(plan.spec).gemm
+        plan.execute(alpha, a, b, beta, c, d)
+        want = alpha * np.einsum(equation, a.astype(wide), b.astype(wide)) + beta * c
+        np.testing.assert_array_equal(d.astype(wide), want)
+    lowering._lower.cache_clear()
+    old, new = steps["lowering"], steps["fewest lines"]
+    assert sorted(zip(old.batch_extents, old.batch_b, strict=True)) == sorted(
+        zip(new.batch_extents, new.batch_b, strict=True))  # the same labels, reordered
+    assert new.batch_d[:new.summed] == old.batch_d[:old.summed] == (0,) * old.summed
+    if reused == "b":  # B stays where it was from one GEMM to the next
+        assert old.batch_b[-1] != 0 and new.batch_b[-1] == 0
+    else:  # B moves by less than a slice's run
+        assert 0 < new.batch_b[-1] < old.batch_b[-1]
