@@ -36,6 +36,7 @@ from pytapp.errors import ErrorCode, error_for
 from pytapp.executor import Executor, runner_for, runner_kind, thread_scope
 from pytapp.handle import Handle
 from pytapp.kernels.program import compile_product
+from pytapp.kernels.routes import RouteTrial, routes_for
 from pytapp.operands import Binder, BoundProduct, bind_batch
 from pytapp.precision import Prectype
 from pytapp.status import Status
@@ -149,10 +150,19 @@ class TensorProduct(TappObject):
         # product lowers to a program; operands it does not cover take the backend's plan.
         self._program: Any = None
         name = handle.backend_name
-        template = Status(backend="blas", flops=self.spec.flops,
+
+        def make_status() -> Status:
+            return Status(backend="blas", flops=self.spec.flops,
                           algorithm="" if name == "blas" else f"{name} -> blas: ")
+
+        template = make_status()
         if getattr(plan, "compiled", False):
             self._program = compile_product(self.spec, template)
+            # a plan that may tune tries the route the cost model cannot weigh (kernels.routes)
+            key = getattr(plan, "route_key", None)
+            if self._program is not None and key is not None:
+                self._program, template = routes_for(self.spec, self._program, template, key,
+                                                     make_status)
         program_bytes = template.bytes_allocated if self._program is not None else 0
         # Either may run: the larger of the two workspaces is what an execution may need.
         self.workspace_bytes = max(int(getattr(plan, "workspace_bytes", 0)), program_bytes)
@@ -208,8 +218,10 @@ class TensorProduct(TappObject):
     @property
     def algorithm(self) -> str:
         """What the plan decided at creation: the compiled program, else the backend's plan."""
-        plan = self._plan
-        if self._program is not None or plan is None:
+        plan, program = self._plan, self._program
+        if isinstance(program, RouteTrial):
+            return program.algorithm
+        if program is not None or plan is None:
             return self._algorithm
         return plan.algorithm
 
@@ -234,9 +246,14 @@ class TensorProduct(TappObject):
         plan = self._plan
         detail = getattr(plan, "explain", None)
         body = detail() if callable(detail) else f"{plan.algorithm if plan else self.algorithm}"
-        if self._program is not None:
-            body = (f"{self._algorithm} (operands with the descriptors' exact layouts; "
+        program = self._program
+        if program is not None:
+            body = (f"{self.algorithm} (operands with the descriptors' exact layouts; "
                     f"others:)\n{body}")
+        if isinstance(program, RouteTrial):
+            state = "settled" if program.settled else "on trial"
+            body = (f"{body}\nroutes tried on its calls ({state}):"
+                    + "".join(f"\n  {algorithm}" for algorithm in program.algorithms))
         return f"{head}\n{body}\nworkspace: {self.workspace_bytes} bytes, flops: {spec.flops}"
 
     @property
@@ -246,8 +263,13 @@ class TensorProduct(TappObject):
         Calling it with ``(alpha, A, B, beta, C, D)`` runs the product when the operands are
         exactly the descriptors' layouts and returns a :class:`Status`; otherwise it returns
         ``NotImplemented`` without touching anything (:meth:`execute` then binds them).
+        ``None`` too while the plan tries its routes (:mod:`pytapp.kernels.routes`): only
+        :meth:`execute` counts its calls toward the trial.
         """
-        return self._program
+        program = self._program
+        if isinstance(program, RouteTrial):
+            return program.current if program.settled else None
+        return program
 
     @property
     def allow_broadcast(self) -> bool:

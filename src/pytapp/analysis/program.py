@@ -41,7 +41,7 @@ from pytapp.analysis.viewgemm import (
 )
 from pytapp.datatypes import Datatype
 
-__all__ = ["GemmStep", "Lowered", "PackStep", "Step", "StreamStep", "lower"]
+__all__ = ["GemmStep", "Lowered", "PackStep", "Step", "StreamStep", "alternative", "lower"]
 
 Label = Hashable
 #: Most modes (and merged labels) the executor loops over.
@@ -1130,12 +1130,14 @@ def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> 
     return bool(views) and min(views) < ttgt
 
 
-def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: bool = False
-               ) -> tuple[GemmStep, PackStep] | None:
+def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: bool = False,
+               priced: bool = True) -> tuple[GemmStep, PackStep] | None:
     """Return TTGT's GEMM and packing where the executor runs them for ``spec``.
 
     ``None`` where it does not: the backend's plan runs the product. ``gemv``: the GEMV of
     :func:`_one_gemv` (a side of 1; chosen over the GEMVs on views by their layout, not priced).
+    ``priced=False``: whatever the cost model says of the GEMMs on views (the alternative a
+    plan tries, :func:`alternative`).
     """
     if not _gemm_sized(spec, gemv):
         return None
@@ -1146,7 +1148,7 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: boo
             step.batch_extents and flops > GEMM_BATCH_MAX_FLOPS
             and not pack.bytes_a + pack.bytes_b) or (
             flops > VIEWS_TO_TTGT_MAX_FLOPS and (
-                (not gemv and _views_below_ttgt(spec, step, pack))
+                (not gemv and priced and _views_below_ttgt(spec, step, pack))
                 or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
         return None
     return step, pack
@@ -1219,6 +1221,44 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
         Whether GEMM steps may be used (a BLAS library was registered with the executor).
     """
     return _lower(spec, gemm)
+
+
+def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
+    """Return TTGT where :func:`lower` runs GEMMs on views the cost model cannot weigh.
+
+    Above :data:`VIEWS_TO_TTGT_MAX_FLOPS`, GEMMs on views with both sides above 1 stay as
+    they are, unpriced: against a TTGT the executor runs, they were 0.32-5.6x as fast on 105
+    seeded products (2-core Xeon; 1.33x in geometric mean, 14 below 0.95x; on a 2-core EPYC
+    1.08x, 19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads
+    or packs, the thinness of TTGT's GEMM) told the two groups apart. A plan may try both on
+    the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where
+    ``lower`` chose anything else, or where the executor runs no TTGT of ``spec``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pytapp.analysis.spec import build_spec
+    >>> from pytapp.datatypes import Datatype
+    >>> from pytapp.precision import Prectype
+    >>> def item(shape, labels):  # a contiguous F64 operand
+    ...     strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    ...     return Datatype.F64, shape, strides, tuple(labels), 0
+    >>> d = item((46, 13, 8, 37, 12), "wdnvm")
+    >>> spec = build_spec(item((37, 13, 12, 26), "vdmo"), item((26, 46, 8), "own"), d, d,
+    ...                   Prectype.DEFAULT)
+    >>> lower(spec).kind.name, alternative(spec).kind.name
+    ('GEMM', 'TTGT')
+    """
+    first = _lower(spec, gemm)
+    if first is None or first.kind is not Step.GEMM:
+        return None
+    return _lower(spec, gemm, True)
+
+
+def _unpriced_views(spec: ContractionSpec, g: ViewGemm) -> bool:
+    """Whether GEMMs on views ``g`` stay without a price against TTGT (:func:`alternative`)."""
+    return (g.calls > 1 and not g.reduced and min(g.m, g.n) > 1
+            and spec.flops > VIEWS_TO_TTGT_MAX_FLOPS and _gemm_sized(spec))
 
 
 def _loop_limit(spec: ContractionSpec, summed: bool, rows: bool, strided: bool = True) -> int:
@@ -1507,7 +1547,8 @@ def _planes(extents: Sequence[int], strides: Sequence[Sequence[int]],
 
 
 @functools.lru_cache(maxsize=512)
-def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
+def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | None:
+    """Lower ``spec`` (see :func:`lower`); ``ttgt``: TTGT in place of unpriced GEMMs on views."""
     dt = _uniform(spec)
     if dt is None:
         return None
@@ -1521,6 +1562,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     # GEMV-like products (one free side) with GEMMs looped over summed labels stay with the
     # plan's reduce route and its own mapping, unless a loop nest streams them by rows
     gemv_like = summed_gemm is not None and min(spec.size(cls.FA), spec.size(cls.FB)) == 1
+    if ttgt and (summed_gemm is not None or not gemm):
+        return None
     if summed_gemm is not None and not gemv_like:  # GEMMs looped over summed labels, added
         # into D in place: what the blas plan runs (one decision), where C's terms lie where
         # D's do
@@ -1566,21 +1609,25 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     one_gemv: tuple[GemmStep, PackStep] | None = None
     if chosen is None and gemm and not gemv_like:
         chosen = _choose_gemm(spec, item)
+        if ttgt:  # the alternative exists only where these views are not priced
+            if chosen is None or not _unpriced_views(spec, chosen[0]):
+                return None
+            chosen = None
         one_gemv = None if chosen is None else _one_gemv(spec, chosen[0], out, item)
         if chosen is not None and (
                 one_gemv is not None or _ttgt_cheaper(spec, chosen[0], out, item)
                 or (rows and chosen[0].m * chosen[0].n == 1)):  # dots that stride: by rows
             chosen = None
     # rows that stream beat GEMMs with a side of a few elements, whatever the size
-    by_rows = rows and gemm and not gemv_like and madds > LOOP_MAX_MADDS and _rows_cheaper(
-        spec, chosen, out, item, madds)
+    by_rows = (not ttgt and rows and gemm and not gemv_like and madds > LOOP_MAX_MADDS
+               and _rows_cheaper(spec, chosen, out, item, madds))
     if by_rows:
         chosen = None
     pack: PackStep | None = None
     stream: StreamStep | None = None
     # (what a GEMV-like product without a GEMM falls back to; nothing below LOOP_MAX_MADDS)
-    candidate = _stream(spec, out, item) if (
-        chosen is None and one_gemv is None and not by_rows and madds > LOOP_MAX_MADDS) else None
+    candidate = _stream(spec, out, item) if (not ttgt and chosen is None and one_gemv is None
+                                             and not by_rows and madds > LOOP_MAX_MADDS) else None
     if candidate is not None and (madds > STREAM_OWN_SUMS * (spec.a.size + spec.b.size)
                                   or candidate.extents[-1] >= STREAM_RUN_MIN):
         # labels an operand sums on its own multiply the loop nest's work (each is a loop
@@ -1604,7 +1651,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     elif one_gemv is not None or (gemm and _gemm_sized(spec) and (
             _gemm_flops(spec) <= TTGT_MAX_FLOPS or _stores_blocks(_ttgt(spec, out, item)[1]))):
         kind = Step.TTGT
-        runs = one_gemv if one_gemv is not None else _ttgt_runs(spec, out, item)
+        runs = one_gemv if one_gemv is not None else _ttgt_runs(spec, out, item,
+                                                                 priced=not ttgt)
         if runs is None:
             return None
         gemm_step, pack = runs
@@ -1626,6 +1674,8 @@ def _lower(spec: ContractionSpec, gemm: bool) -> Lowered | None:
     elif candidate is not None:
         stream, kind, gemm_step = candidate, Step.STREAM, None
     else:
+        return None
+    if ttgt and kind is not Step.TTGT:
         return None
     if stream is not None:
         description = (f"compiled: stream through {'B' if stream.swap else 'A'} "

@@ -304,6 +304,8 @@ def pool_choice(times: Mapping[str, float], pools: Mapping[str, str]) -> str:
 
 #: PYTAPP_AUTOTUNE values that time every product at its first execution.
 _ALWAYS = ("1", "on", "always")
+#: PYTAPP_AUTOTUNE values that never time a product (nor try its routes).
+_NEVER = ("0", "off", "never")
 
 
 def _tune_policy() -> str:
@@ -359,6 +361,15 @@ class AutoPlan:
                 other.release()
         # What timing costs, in mean executions of the choice, plus the planning of the others.
         self._cost_runs, self._cost_fixed = self._timing_cost()
+
+    @property
+    def route_key(self) -> str | None:
+        """The wisdom key under which the compiled executor's routes may be tried.
+
+        ``None`` where this plan never tunes (``PYTAPP_AUTOTUNE=0``): the cost model's route
+        runs (see :mod:`pytapp.kernels.routes`).
+        """
+        return None if self._policy in _NEVER else self.key
 
     @property
     def runs(self) -> int:
@@ -452,7 +463,7 @@ class AutoPlan:
         allows what timing would cost.
         """
         policy = self._policy
-        if policy in ("0", "off", "never") or len(self._timed) < 2:
+        if policy in _NEVER or len(self._timed) < 2:
             return False
         if (executor is not None and executor.autotune) or policy in _ALWAYS:
             return True

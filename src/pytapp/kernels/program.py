@@ -36,14 +36,14 @@ from typing import Any, Literal
 import numpy as np
 
 from pytapp import machine, scratch
-from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, lower
+from pytapp.analysis.program import RELEASE_GIL_FLOPS, Lowered, Step, alternative, lower
 from pytapp.analysis.spec import ContractionSpec
 from pytapp.errors import ErrorCode, error_for
 
 __all__ = ["available", "bf16_gemm", "bf16_tiles", "bf16_vectors", "blas_available",
-           "compile_chain", "compile_lowered", "compile_product", "half_copy", "layout_key",
-           "packed_gemm", "pool_map", "release_scratch", "summed_gemm", "summed_gemm_available",
-           "tile_count", "tiled_copy", "use_tiles"]
+           "compile_alternative", "compile_chain", "compile_lowered", "compile_product",
+           "half_copy", "layout_key", "packed_gemm", "pool_map", "release_scratch",
+           "summed_gemm", "summed_gemm_available", "tile_count", "tiled_copy", "use_tiles"]
 
 _cexec: Any
 try:  # by name: the package root is a higher layer than the kernels
@@ -493,7 +493,22 @@ def compile_product(spec: ContractionSpec, status: Any) -> Any | None:
     """
     if not available():
         return None
-    prog = lower(spec, gemm=blas_available())
+    return _compile(spec, lower(spec, gemm=blas_available()), status)
+
+
+def compile_alternative(spec: ContractionSpec, status: Any) -> Any | None:
+    """Compile the route the cost model cannot weigh against ``spec``'s program, if any.
+
+    See :func:`pytapp.analysis.program.alternative`; ``status`` as for
+    :func:`compile_product`. ``None`` where there is none.
+    """
+    if not available() or not blas_available():
+        return None
+    return _compile(spec, alternative(spec), status)
+
+
+def _compile(spec: ContractionSpec, prog: Lowered | None, status: Any) -> Any | None:
+    """Compile ``prog``, the lowering of ``spec``; fill ``status`` (see compile_product)."""
     if prog is None:
         return None
     status.algorithm += prog.description

@@ -1,0 +1,139 @@
+"""GEMMs on views the cost model cannot weigh against TTGT, tried on an auto plan's own calls.
+
+Above VIEWS_TO_TTGT_MAX_FLOPS the lowering keeps GEMMs on views with both sides above 1
+unpriced; ``alternative`` lowers the same product to TTGT, and an ``auto`` plan alternates the
+two over the calls it makes (kernels.routes.RouteTrial), keeps the faster and records it in
+the machine's wisdom. Every result is checked against numpy.einsum on exact integer data,
+whichever route wrote it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytapp import Handle, TensorInfo, TensorProduct, wisdom
+from pytapp.analysis import program
+from pytapp.kernels import routes
+from pytapp.kernels.program import available, blas_available
+
+pytestmark = pytest.mark.skipif(not (available() and blas_available()),
+                                reason="needs the compiled executor and its BLAS")
+
+#: D's labels interleave A's free labels with B's: 22126 GEMMs of 12x8x26 on views.
+EQ = ("vdmo", "own", "wdnvm")
+EXTENTS = {"v": 37, "d": 13, "m": 12, "o": 26, "w": 46, "n": 8}
+
+
+def _ints(labels: str, dtype: type, seed: int) -> np.ndarray:
+    shape = tuple(EXTENTS[x] for x in labels)
+    data = np.random.default_rng(seed).integers(-3, 4, shape)
+    return (data + (1j * data[::-1] if np.issubdtype(dtype, np.complexfloating) else 0)
+            ).astype(dtype)
+
+
+@pytest.fixture(autouse=True)
+def _own_wisdom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTAPP_WISDOM", str(tmp_path / "wisdom.json"))
+    monkeypatch.delenv("PYTAPP_AUTOTUNE", raising=False)
+    wisdom.forget()
+
+
+def _plan(backend: str, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> TensorProduct:
+    la, lb, ld = EQ
+    return TensorProduct(Handle(backend), TensorInfo.from_array(a), la, TensorInfo.from_array(b),
+                         lb, TensorInfo.from_array(d), ld, TensorInfo.from_array(d), ld)
+
+
+def _operands(dtype: type) -> tuple[np.ndarray, ...]:
+    a, b, c = (_ints(x, dtype, seed) for seed, x in enumerate(EQ))
+    exact = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
+    want = 2 * np.einsum(f"{EQ[0]},{EQ[1]}->{EQ[2]}", a.astype(exact), b.astype(exact)) - 3 * c
+    return a, b, c, want
+
+
+def test_the_lowering_offers_ttgt_only_where_views_go_unpriced() -> None:
+    a, b, c, _ = _operands(np.float64)
+    spec = _plan("blas", a, b, c).spec
+    assert program.lower(spec).kind is program.Step.GEMM
+    alt = program.alternative(spec)
+    assert alt is not None and alt.kind is program.Step.TTGT
+    assert program.alternative(spec, gemm=False) is None
+    # below the size where views go unpriced, the model weighs them: nothing to try
+    small = _plan("blas", a[:3, :3], b[:, :3], c[:3, :3, :, :3]).spec
+    assert small.flops <= program.VIEWS_TO_TTGT_MAX_FLOPS
+    assert program.alternative(small) is None
+    # a plain matrix product runs one GEMM: no alternative either
+    x = np.ones((300, 300))
+    mm = TensorProduct(Handle("blas"), TensorInfo.from_array(x), "ik", TensorInfo.from_array(x),
+                       "kj", TensorInfo.from_array(x), "ij", TensorInfo.from_array(x), "ij").spec
+    assert program.alternative(mm) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex64])
+def test_auto_tries_both_routes_on_its_calls_and_keeps_the_faster(dtype: type) -> None:
+    a, b, c, want = _operands(dtype)
+    plan = _plan("auto", a, b, c)
+    assert plan.compiled_program is None  # on trial: only execute counts its calls
+    seen = set()
+    for _ in range(40):
+        d = np.full(c.shape, np.nan, dtype)
+        status = plan.execute(2, a, b, -3, c, d)
+        seen.add(status.algorithm)
+        assert np.array_equal(d, want.astype(dtype))
+        if plan.compiled_program is not None:
+            break
+    assert plan.compiled_program is not None, "the trial never settled"
+    assert len(seen) == 2 and any("ttgt" in s for s in seen) and any("views" in s for s in seen)
+    assert plan.algorithm in seen
+    assert "routes tried on its calls (settled)" in plan.explain()
+    known = wisdom.lookup(routes.SECTION, plan._plan.route_key)  # type: ignore[union-attr]
+    assert known["algorithm"] == plan.algorithm and known["route"] in (0, 1)
+    d = np.zeros_like(c)
+    assert plan.execute(2, a, b, -3, c, d).algorithm == plan.algorithm
+    assert np.array_equal(d, want.astype(dtype))
+
+
+@pytest.mark.parametrize("route", [0, 1])
+def test_a_recorded_route_runs_at_once(route: int) -> None:
+    a, b, c, want = _operands(np.float64)
+    key = _plan("auto", a, b, c)._plan.route_key  # type: ignore[union-attr]
+    wisdom.record(routes.SECTION, key, {"route": route})
+    plan = _plan("auto", a, b, c)
+    assert plan.compiled_program is not None
+    assert ("ttgt" in plan.algorithm) == (route == 1)
+    d = np.zeros_like(c)
+    status = plan.execute(2, a, b, -3, c, d)
+    assert status.algorithm == plan.algorithm and np.array_equal(d, want)
+
+
+def test_no_trial_where_the_plan_does_not_tune(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, c, _ = _operands(np.float64)
+    assert _plan("blas", a, b, c).compiled_program is not None  # blas: the model's route
+    monkeypatch.setenv("PYTAPP_AUTOTUNE", "0")
+    plan = _plan("auto", a, b, c)
+    assert plan.compiled_program is not None and "views" in plan.algorithm
+
+
+def test_sixteen_threads_share_one_plan_on_trial() -> None:
+    a, b, c, want = _operands(np.float64)
+    plan = _plan("auto", a, b, c)
+    errors: list[str] = []
+
+    def work() -> None:
+        for _ in range(3):
+            d = np.full(c.shape, np.nan)
+            plan.execute(2, a, b, -3, c, d)
+            if not np.array_equal(d, want):
+                errors.append("wrong result")
+
+    threads = [threading.Thread(target=work) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert plan.compiled_program is not None  # 48 calls settle it
