@@ -1227,9 +1227,9 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     """Return TTGT where :func:`lower` runs GEMMs on views the cost model cannot weigh.
 
     Above :data:`VIEWS_TO_TTGT_MAX_FLOPS`, GEMMs on views with both sides above 1 stay as
-    they are, unpriced: against a TTGT the executor runs, they were 0.32-5.6x as fast on 105
-    seeded products (2-core Xeon; 1.33x in geometric mean, 14 below 0.95x; on a 2-core EPYC
-    1.08x, 19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads
+    they are, unpriced: a TTGT the executor runs ran 0.32-7.7x their speed on 104 seeded
+    products (2-core Xeon; 1.32x in geometric mean, 18 below 0.95x; on a 2-core EPYC 1.08x,
+    19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads
     or packs, the thinness of TTGT's GEMM) told the two groups apart. A plan may try both on
     the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where
     ``lower`` chose anything else, or where the executor runs no TTGT of ``spec``.
