@@ -162,7 +162,7 @@ class TensorProduct(TappObject):
             key = getattr(plan, "route_key", None)
             if self._program is not None and key is not None:
                 self._program, template = routes_for(self.spec, self._program, template, key,
-                                                     make_status)
+                                                     make_status, handle.memory_limit())
         program_bytes = template.bytes_allocated if self._program is not None else 0
         # Either may run: the larger of the two workspaces is what an execution may need.
         self.workspace_bytes = max(int(getattr(plan, "workspace_bytes", 0)), program_bytes)

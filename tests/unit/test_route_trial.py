@@ -137,3 +137,21 @@ def test_sixteen_threads_share_one_plan_on_trial() -> None:
         t.join()
     assert errors == []
     assert plan.compiled_program is not None  # 48 calls settle it
+
+
+def test_no_trial_where_the_other_route_needs_more_memory_than_allowed() -> None:
+    from pytapp.kernels.program import compile_product
+    from pytapp.status import Status
+
+    a, b, c, _ = _operands(np.float64)
+    spec = _plan("blas", a, b, c).spec
+    template = Status()
+    views = compile_product(spec, template)
+    assert template.bytes_allocated == 0  # GEMMs on views need no scratch
+    tried, _ = routes.routes_for(spec, views, template, "k", Status)
+    assert isinstance(tried, routes.RouteTrial)
+    scratch = template.bytes_allocated  # the larger of the two: TTGT's
+    assert scratch > 0
+    template = Status()
+    kept, kept_template = routes.routes_for(spec, views, template, "k", Status, scratch - 1)
+    assert kept is views and kept_template is template and template.bytes_allocated == 0

@@ -109,18 +109,19 @@ class RouteTrial:
 
 
 def routes_for(spec: ContractionSpec, program: Any, template: Any, key: str,
-               make_status: Callable[[], Any]) -> tuple[Any, Any]:
+               make_status: Callable[[], Any], limit: int | None = None) -> tuple[Any, Any]:
     """Return what a plan of ``spec`` calls, and its Status template.
 
     ``program`` and ``template``: the model's choice, compiled (:func:`compile_product`).
     Where the lowering has an alternative (:func:`compile_alternative`, compiled with the
-    template ``make_status()`` returns), the winner this machine's wisdom holds under
-    ``key``, else a :class:`RouteTrial` of both (its template's workspace the larger of the
-    two); otherwise ``program`` and ``template`` as given.
+    template ``make_status()`` returns) whose workspace is within ``limit`` bytes, the
+    winner this machine's wisdom holds under ``key``, else a :class:`RouteTrial` of both
+    (its template's workspace the larger of the two); otherwise ``program`` and
+    ``template`` as given (a plan never needs more memory for what it may try).
     """
     other_template = make_status()
     other = compile_alternative(spec, other_template)
-    if other is None:
+    if other is None or (limit is not None and other_template.bytes_allocated > limit):
         return program, template
     known = wisdom.lookup(SECTION, key)
     route = known.get("route") if isinstance(known, dict) else None
