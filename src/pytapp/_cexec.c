@@ -705,6 +705,11 @@ static npy_intp abs_stride(npy_intp s) { return s < 0 ? -s : s; }
  * on its own page, NumPy's short runs miss the TLB; a 15 MB F64 copy swapping the outer 16
  * and inner 12 of 16x200x50x12 took 7.0 ms by NumPy, 1.5 through tiles). */
 #define COPY_FAR_STRIDE 4096
+/* ... or unless the source is larger than this many bytes and its own fastest axis is a loop
+ * of NumPy's around this many bytes of source lines or more: each source line then leaves the
+ * cache before NumPy's next step along that axis reads it again (lnijzk's 28 MB of BF16, its
+ * unit axis k (31) moved outermost, runs of 32: 18.3 ms by NumPy's loop in two threads). */
+#define COPY_REUSE_BYTES (8 << 20)
 /* A copy whose two sides run along the same axis goes run by run (run_copy) for runs of fewer
  * than this many bytes: 1.1-1.8x NumPy's speed on 8 MB copies in runs of 2 to 64 numbers (BF16,
  * F32, F64; 0.8-1.0x in one of three runs for F32 runs of 3-5), no faster from 512 bytes
@@ -2811,7 +2816,16 @@ static PyObject *tiled_copy(PyObject *self, PyObject *args) {
             cur = next;
         }
     }
-    if (run < COPY_MIN_RUN && abs_stride(ss[a]) < COPY_FAR_STRIDE) Py_RETURN_FALSE;
+    if (run < COPY_MIN_RUN && abs_stride(ss[a]) < COPY_FAR_STRIDE) {
+        /* source lines NumPy's loop touches between two steps along the source's unit axis b:
+         * dst's elements inside that step, each in a line of its own at worst */
+        npy_intp total = item, inside = 1;
+        for (int i = 0; i < nd; ++i) {
+            total *= ext[i];
+            if (abs_stride(ds[i]) < abs_stride(ds[b])) inside *= ext[i];
+        }
+        if (total <= COPY_REUSE_BYTES || inside * 64 <= COPY_REUSE_BYTES) Py_RETURN_FALSE;
+    }
     char *d = PyArray_BYTES(dst);
     const char *x = PyArray_BYTES(src);
     Py_BEGIN_ALLOW_THREADS

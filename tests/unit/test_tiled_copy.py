@@ -118,3 +118,22 @@ def test_long_runs_along_one_axis_are_left_to_numpy() -> None:
     assert not dst.any()
     assert program.tiled_copy(dst[..., :63], x.transpose(1, 0, 2)[..., :63])  # of 504
     np.testing.assert_array_equal(dst[..., :63], x.transpose(1, 0, 2)[..., :63])
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_short_runs_go_through_tiles_where_numpy_would_fetch_each_source_line_again(
+        dtype: type) -> None:
+    # the source's unit axis (31) moved outermost, NumPy's runs of 32 elements: between two of
+    # its steps along that axis NumPy's loop walks every other line of a source beyond the
+    # caches (COPY_REUSE_BYTES), so it fetches each line 31 times; the tiles once
+    x = (np.arange(35 * 21 * 32 * 19 * 31) % 65521).astype(dtype).reshape(35, 21, 32, 19, 31)
+    assert x.nbytes > 8 << 20
+    src = x.transpose(4, 0, 1, 3, 2)
+    dst = np.zeros(src.shape, dtype)
+    assert program.tiled_copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
+    # the same layout of a source that stays in cache: NumPy's loop finds its lines again
+    small = x[:4]
+    assert small.nbytes <= 8 << 20
+    assert not program.tiled_copy(np.zeros(small.transpose(4, 0, 1, 3, 2).shape, dtype),
+                                  small.transpose(4, 0, 1, 3, 2))
