@@ -26,9 +26,10 @@ import numpy as np
 
 from pytapp.kernels.pool import cores as default_threads
 from pytapp.kernels.pool import executor as _executor
-from pytapp.kernels.program import half_copy, pool_map, summed_gemm, tiled_copy
+from pytapp.kernels.program import convert_copy, pool_map, summed_gemm, tiled_copy
 
-__all__ = ["default_threads", "parallel_copyto", "parallel_einsum", "parallel_map",
+__all__ = ["default_threads", "parallel_convert", "parallel_copyto", "parallel_einsum",
+           "parallel_map",
            "parallel_matmul", "parallel_multiply", "parallel_sum"]
 
 #: Below this many bytes of output an operation runs on the calling thread.
@@ -205,7 +206,7 @@ def parallel_einsum(out: np.ndarray, a: np.ndarray, a_sub: list[int], b: np.ndar
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     if dst.dtype != src.dtype:
-        if not half_copy(dst, src):  # float16 <-> float32 with F16C
+        if not convert_copy(dst, src):  # between F32, F16 and BF16, compiled
             np.copyto(dst, src, casting="unsafe")
     elif not tiled_copy(dst, src):  # a permutation goes through cache tiles
         np.copyto(dst, src, casting="unsafe")
@@ -219,6 +220,36 @@ def parallel_copyto(dst: np.ndarray, src: np.ndarray, threads: int | None = None
     where it applies.
     """
     parallel_map(dst, (src,), threads, min_bytes, _copy)
+
+
+def parallel_convert(dst: np.ndarray, x: np.ndarray, c: np.ndarray | None, alpha: float,
+                     beta: float, threads: int | None = None) -> None:
+    """``dst[...] = alpha * x + beta * c`` computed in F32, split across threads.
+
+    ``x`` is F32 and broadcasts to ``dst`` (F16 or BF16); ``c`` (``None``: absent) has
+    ``dst``'s shape, F32, F16 or BF16. One compiled pass where
+    :func:`pytapp.kernels.program.convert_copy` applies, else NumPy's ufuncs in the same
+    order (``alpha * x``, then ``beta * c`` added, rounded once to ``dst``'s datatype).
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> d = np.empty((3, 2), ml_dtypes.bfloat16)
+    >>> parallel_convert(d, np.arange(6, dtype=np.float32).reshape(2, 3).T, None, 2.0, 0.0)
+    >>> d.astype(float).tolist()
+    [[0.0, 6.0], [2.0, 8.0], [4.0, 10.0]]
+    """
+    def work(out: np.ndarray, xs: np.ndarray, *cs: np.ndarray) -> None:
+        c_slab = cs[0] if cs else None
+        if convert_copy(out, xs, c_slab, alpha, beta):
+            return
+        total = xs * np.float32(alpha) if alpha != 1 else xs
+        if c_slab is not None:
+            total = np.multiply(c_slab, np.float32(beta), dtype=np.float32) + total
+        np.copyto(out, total, casting="unsafe")
+
+    x = np.broadcast_to(x, dst.shape)
+    parallel_map(dst, (x,) if c is None else (x, c), threads, None, work)
 
 
 #: Fewest elements of ``out`` for which :func:`_multiply` considers einsum's loop.
