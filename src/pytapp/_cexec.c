@@ -2683,8 +2683,8 @@ static int cvt_kind(PyArrayObject *a) {
     return -1;
 }
 
-/* n (<= CVT_CHUNK) numbers of kind k, s bytes apart from p, into f as F32 (unit strides in
- * loops of their own: they vectorise). */
+/* n numbers of kind k, s bytes apart from p, into f as F32: at most CVT_CHUNK, any number
+ * where s is the unit stride (those in loops of their own: they vectorise). */
 static void cvt_load(float *f, const char *p, npy_intp s, npy_intp n, int k) {
     if (k == CVT_F32) {
         if (s == 4) memcpy(f, p, (size_t)n * 4);
@@ -2734,64 +2734,115 @@ typedef struct {
 static void cvt_finish(const Cvt *g, char *d, npy_intp sd, const float *f, const char *c,
                        npy_intp sc, npy_intp n);
 
-/* cvt_finish's first n - n % 8 numbers in AVX registers, where dst (F16 or BF16) and c run
- * along the row: the scalar loops stored numbers one by one that the conversion then loaded
- * eight at a time, each such load waiting for its stores (a BF16 store with alpha: 17.9 ms,
- * 7.8 without). */
+/* cvt_finish over m rows of n numbers in AVX registers (row r at d + r * sd1, f + r * sf1 and
+ * c + r * sc1 bytes), where dst (F16 or BF16) and c run along the rows; a row's last n % 8
+ * numbers through masked loads. The scalar loops stored numbers one by one that the conversion
+ * then loaded eight at a time, each such load waiting for its stores (a BF16 store with alpha:
+ * 17.9 ms, 7.8 without); a call per row of 11 numbers made a 23 MB store 49 ms. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,f16c"))) static npy_intp cvt_finish8(const Cvt *g, char *d,
-                                                                  const float *f, const char *c,
-                                                                  npy_intp n) {
-    const __m256 al = _mm256_set1_ps(g->alpha), be = _mm256_set1_ps(g->beta);
-    const int scale = g->alpha != 1.0f, kc = g->kc, bf = g->kd == CVT_BF16;
-    npy_intp i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(f + i);
-        if (scale) v = _mm256_mul_ps(v, al);
-        if (c) {
-            __m256 w;
-            if (kc == CVT_F32) {
-                w = _mm256_loadu_ps((const float *)c + i);
-            } else {
-                const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)c + i));
-                w = kc == CVT_BF16
-                        ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                        : _mm256_cvtph_ps(h);
-            }
-            v = _mm256_add_ps(v, _mm256_mul_ps(w, be));
-        }
-        _mm_storeu_si128((__m128i *)((uint16_t *)d + i),
-                         bf ? bf16_pack8(v)
-                            : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+/* The first n (< 8) numbers of s to d in pieces of 4, 2 and 1 (a loop became a memcpy call,
+ * which cost a third of a store in rows of 6). */
+static inline void copy_u16_tail(uint16_t *d, const uint16_t *s, npy_intp n) {
+    npy_intp k = 0;
+    if (n & 4) {
+        memcpy(d, s, 8);
+        k = 4;
     }
-    return i;
+    if (n & 2) {
+        memcpy(d + k, s + k, 4);
+        k += 2;
+    }
+    if (n & 1) memcpy(d + k, s + k, 2);
+}
+__attribute__((target("avx2,f16c"))) static inline __m128i cvt_apply8(const Cvt *g, int has_c,
+                                                                      __m256 v, __m256 w) {
+    if (g->alpha != 1.0f) v = _mm256_mul_ps(v, _mm256_set1_ps(g->alpha));
+    if (has_c) v = _mm256_add_ps(v, _mm256_mul_ps(w, _mm256_set1_ps(g->beta)));
+    return g->kd == CVT_BF16 ? bf16_pack8(v)
+                             : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+__attribute__((target("avx2,f16c"))) static inline __m256 cvt_c8(int kc, const char *c) {
+    if (kc == CVT_F32) return _mm256_loadu_ps((const float *)c);
+    const __m128i h = _mm_loadu_si128((const __m128i *)c);
+    return kc == CVT_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                          : _mm256_cvtph_ps(h);
+}
+__attribute__((target("avx2,f16c"))) static void cvt_finish8(const Cvt *g, char *d,
+                                                             npy_intp sd1, const char *f,
+                                                             npy_intp sf1, const char *c,
+                                                             npy_intp sc1, npy_intp n,
+                                                             npy_intp m) {
+    const int kc = g->kc, has_c = c != NULL;
+    const npy_intp ic = kc == CVT_F32 ? 4 : 2, rest = n % 8;
+    const __m256i mask =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (npy_intp r = 0; r < m; ++r, d += sd1, f += sf1, c = c ? c + sc1 : NULL) {
+        const float *x = (const float *)f;
+        npy_intp i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(d + 2 * i),
+                             cvt_apply8(g, has_c, _mm256_loadu_ps(x + i),
+                                        c ? cvt_c8(kc, c + ic * i) : _mm256_setzero_ps()));
+        if (rest) {
+            __m256 w = _mm256_setzero_ps();
+            if (c && kc == CVT_F32) {
+                w = _mm256_maskload_ps((const float *)c + i, mask);
+            } else if (c) { /* pairs of numbers through a masked load, an odd last one blended */
+                const uint16_t *q = (const uint16_t *)c + i;
+                __m128i hc = _mm_maskload_epi32(
+                    (const int *)q,
+                    _mm_cmpgt_epi32(_mm_set1_epi32((int)(rest / 2)), _mm_setr_epi32(0, 1, 2, 3)));
+                if (rest & 1)
+                    hc = _mm_blendv_epi8(
+                        hc, _mm_set1_epi16((short)q[rest - 1]),
+                        _mm_cmpeq_epi16(_mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7),
+                                        _mm_set1_epi16((short)(rest - 1))));
+                w = kc == CVT_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                         _mm256_cvtepu16_epi32(hc), 16))
+                                   : _mm256_cvtph_ps(hc);
+            }
+            uint16_t out[8];
+            _mm_storeu_si128((__m128i *)out,
+                             cvt_apply8(g, has_c, _mm256_maskload_ps(x + i, mask), w));
+            copy_u16_tail((uint16_t *)d + i, out, rest);
+        }
+    }
 }
 #else
-static npy_intp cvt_finish8(const Cvt *g, char *d, const float *f, const char *c, npy_intp n) {
-    (void)g, (void)d, (void)f, (void)c, (void)n;
-    return 0;
-}
+static void cvt_finish8(const Cvt *g, char *d, npy_intp sd1, const char *f, npy_intp sf1,
+                        const char *c, npy_intp sc1, npy_intp n, npy_intp m) {
+    (void)g, (void)d, (void)sd1, (void)f, (void)sf1, (void)c, (void)sc1, (void)n, (void)m;
+} /* never called: g->simd is 0 */
 #endif
+
+/* Whether cvt_finish8 takes rows with these strides along them (dst's sd, c's sc). */
+static int cvt_fast(const Cvt *g, npy_intp sd, const char *c, npy_intp sc) {
+    return g->simd && g->kd != CVT_F32 && sd == (npy_intp)sizeof(uint16_t) &&
+           (!c || sc == (g->kc == CVT_F32 ? 4 : 2));
+}
 
 /* d = alpha * f + beta * c for n numbers, f holding x's as F32 (read only): alpha * x first,
  * then beta * c added, as NumPy's epilogue computes them; rounded once, when stored. */
 static void cvt_finish(const Cvt *g, char *d, npy_intp sd, const float *f, const char *c,
                        npy_intp sc, npy_intp n) {
-    const npy_intp half = (npy_intp)sizeof(uint16_t);
-    npy_intp i = g->simd && g->kd != CVT_F32 && sd == half &&
-                         (!c || sc == (g->kc == CVT_F32 ? 4 : half))
-                     ? cvt_finish8(g, d, f, c, n)
-                     : 0;
-    for (; i < n; i += CVT_CHUNK) {
+    if (cvt_fast(g, sd, c, sc)) {
+        cvt_finish8(g, d, 0, (const char *)f, 0, c, 0, n, 1);
+        return;
+    }
+    /* an F32 dst along the row written where it lies (through a buffer and memcpy, the copy's
+     * start-up cost was half of a permuted BF16 -> F32 copy in rows of 16) */
+    const int direct = g->kd == CVT_F32 && sd == 4;
+    for (npy_intp i = 0; i < n; i += CVT_CHUNK) {
         const npy_intp m = n - i < CVT_CHUNK ? n - i : CVT_CHUNK;
-        float v[CVT_CHUNK];
-        for (npy_intp k = 0; k < m; ++k) v[k] = f[i + k] * g->alpha;
+        float v[CVT_CHUNK], h[CVT_CHUNK];
+        float *o = direct ? (float *)(d + i * sd) : v;
         if (c) {
-            float h[CVT_CHUNK];
-            cvt_load(h, c + i * sc, sc, m, g->kc);
-            for (npy_intp k = 0; k < m; ++k) v[k] += h[k] * g->beta;
+            cvt_load(h, c + i * sc, sc, m, g->kc); /* (before o is written: C may be D) */
+            for (npy_intp k = 0; k < m; ++k) o[k] = f[i + k] * g->alpha + h[k] * g->beta;
+        } else {
+            for (npy_intp k = 0; k < m; ++k) o[k] = f[i + k] * g->alpha;
         }
-        cvt_store(d + i * sd, sd, v, m, g->kd);
+        if (!direct) cvt_store(d + i * sd, sd, v, m, g->kd);
     }
 }
 
@@ -2799,6 +2850,10 @@ static void cvt_finish(const Cvt *g, char *d, npy_intp sd, const float *f, const
  * it lies, others converted in chunks. */
 static void cvt_row(const Cvt *g, char *d, const char *x, const char *c, npy_intp n,
                     npy_intp sd, npy_intp sx, npy_intp sc) {
+    if (g->kd == CVT_F32 && sd == 4 && sx == 2 && !c && g->alpha == 1.0f) {
+        cvt_load((float *)d, x, sx, n, g->kx); /* a row widened where it lies (any length) */
+        return;
+    }
     if (g->kx == CVT_F32 && sx == 4) {
         cvt_finish(g, d, sd, (const float *)x, c, sc, n);
         return;
@@ -2815,25 +2870,38 @@ static void cvt_row(const Cvt *g, char *d, const char *x, const char *c, npy_int
  * source's fastest b (strides: d's sda, sdb; x's sxa, sxb; c's sca, scb), in COPY_TILE x
  * COPY_TILE tiles, so that each source line is read once and used whole (a 2048^2 F32
  * transposition into BF16: 3.7 ns a number walking whole columns of 8, each line read twice).
- * An F32 source running along b goes through 8x8 register transposes (t8_f32) where the CPU
- * has AVX2; the rest row by row (cvt_row, gathering). */
+ * A source running along b goes through 8x8 register transposes (t8_f32; an F16 or BF16 one
+ * widened to F32 first) where the CPU has AVX2; the rest row by row (cvt_row, gathering). */
 static void cvt_plane(const Cvt *g, char *d, const char *x, const char *c, npy_intp ea,
                       npy_intp eb, npy_intp sda, npy_intp sdb, npy_intp sxa, npy_intp sxb,
                       npy_intp sca, npy_intp scb) {
-    const int simd = g->kx == CVT_F32 && sxb == 4 && tile_simd();
+    const npy_intp ix = g->kx == CVT_F32 ? 4 : 2;
+    const int simd = sxb == ix && tile_simd();
     for (npy_intp j0 = 0; j0 < eb; j0 += COPY_TILE) {
         const npy_intp j1 = j0 + COPY_TILE < eb ? j0 + COPY_TILE : eb;
         for (npy_intp i0 = 0; i0 < ea; i0 += COPY_TILE) {
             const npy_intp i1 = i0 + COPY_TILE < ea ? i0 + COPY_TILE : ea;
             if (simd && i1 - i0 == COPY_TILE && j1 - j0 == COPY_TILE) {
                 float f[COPY_TILE][COPY_TILE]; /* f[j][i]: x's element (i0 + i, j0 + j) */
+                const char *s = x + i0 * sxa + j0 * sxb;
+                npy_intp ss = sxa;
+                float w[COPY_TILE][COPY_TILE]; /* a 16-bit x widened first, row by row */
+                if (ix == 2) {
+                    for (int i = 0; i < COPY_TILE; ++i)
+                        cvt_load(w[i], x + (i0 + i) * sxa + j0 * sxb, 2, COPY_TILE, g->kx);
+                    s = (const char *)w;
+                    ss = sizeof w[0];
+                }
                 for (int i = 0; i < COPY_TILE; i += 8)
                     for (int j = 0; j < COPY_TILE; j += 8)
-                        t8_f32(x + (i0 + i) * sxa + (j0 + j) * sxb, sxa, (char *)&f[j][i],
-                               sizeof f[0]);
-                for (npy_intp j = 0; j < COPY_TILE; ++j)
-                    cvt_finish(g, d + (j0 + j) * sdb + i0 * sda, sda, f[j],
-                               c ? c + (j0 + j) * scb + i0 * sca : NULL, sca, COPY_TILE);
+                        t8_f32(s + i * ss + j * 4, ss, (char *)&f[j][i], sizeof f[0]);
+                if (cvt_fast(g, sda, c, sca))
+                    cvt_finish8(g, d + j0 * sdb + i0 * sda, sdb, (const char *)f, sizeof f[0],
+                                c ? c + j0 * scb + i0 * sca : NULL, scb, COPY_TILE, COPY_TILE);
+                else
+                    for (npy_intp j = 0; j < COPY_TILE; ++j)
+                        cvt_finish(g, d + (j0 + j) * sdb + i0 * sda, sda, f[j],
+                                   c ? c + (j0 + j) * scb + i0 * sca : NULL, sca, COPY_TILE);
                 continue;
             }
             for (npy_intp j = j0; j < j1; ++j)
@@ -2867,8 +2935,15 @@ static void cvt_run(const Cvt *g, char *d, const char *x, const char *c) {
     }
     npy_intp idx[MAXL] = {0}, od = 0, ox = 0, oc = 0;
     const npy_intp ea = g->ext[a], sda = g->sd[a], sxa = g->sx[a], sca = g->sc[a];
+    /* rows along a, F32 where they lie: the odometer's innermost axis in one cvt_finish8 call */
+    const int rows = !tiles && no > 0 && g->kx == CVT_F32 && sxa == 4 && cvt_fast(g, sda, c, sca);
+    no -= rows;
     for (;;) {
-        if (!tiles) {
+        if (rows) {
+            const int l = order[no];
+            cvt_finish8(g, d + od, g->sd[l], x + ox, g->sx[l], c ? c + oc : NULL, g->sc[l], ea,
+                        g->ext[l]);
+        } else if (!tiles) {
             cvt_row(g, d + od, x + ox, c ? c + oc : NULL, ea, sda, sxa, sca);
         } else {
             cvt_plane(g, d + od, x + ox, c ? c + oc : NULL, ea, g->ext[b], sda, g->sd[b], sxa,

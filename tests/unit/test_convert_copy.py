@@ -92,11 +92,13 @@ def test_any_strides(perm: tuple[int, ...], up: bool, dtype: Any) -> None:
 
 @pytest.mark.parametrize("c_type", [None, BF16, F16, F32], ids=["no_c", "c_bf16", "c_f16",
                                                               "c_f32"])
-@pytest.mark.parametrize("layout", ["same", "transposed", "permuted", "repeated_x"])
+@pytest.mark.parametrize("layout", ["same", "transposed", "permuted", "repeated_x",
+                                    "short_rows"])
 @pytest.mark.parametrize("dtype", HALVES)
 def test_scaled_sums_with_c(c_type: Any, layout: str, dtype: Any) -> None:
     """D = alpha x + beta c in F32, x F32 in D's layout or another (2-D tiles of 16 filled by
-    the register transposes, the rest row by row), C in D's layout or its own."""
+    the register transposes, the rest row by row), C in D's layout or its own; short_rows: D,
+    x and C share their fastest axis (5 numbers: masked vectors), nothing else."""
     if c_type is F16 and not has_f16:
         pytest.skip("no F16C on this CPU")
     rng = np.random.default_rng(2)
@@ -104,14 +106,18 @@ def test_scaled_sums_with_c(c_type: Any, layout: str, dtype: Any) -> None:
     x = (rng.standard_normal(shape) * 100).astype(F32)
     if layout == "transposed":
         x = np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)
-    elif layout == "permuted":
-        x = np.ascontiguousarray(x.transpose(1, 2, 0)).transpose(2, 0, 1)
+    elif layout in ("permuted", "short_rows"):
+        x = np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)
     elif layout == "repeated_x":  # x broadcast along its middle axis (zero strides)
         x = np.broadcast_to(x[:, :1], shape)
     c = None if c_type is None else (rng.standard_normal(shape) * 50).astype(c_type)
     if c is not None and layout == "permuted":
         c = np.ascontiguousarray(c.transpose(2, 0, 1)).transpose(1, 2, 0)
+    if c is not None and layout == "short_rows":  # C in D's layout
+        c = np.ascontiguousarray(c.transpose(2, 0, 1)).transpose(1, 2, 0)
     d = np.full((67, 5, 48), np.nan, dtype).transpose(2, 1, 0)  # D's fastest axis: x's slowest
+    if layout == "short_rows":
+        d = np.full((67, 48, 5), np.nan, dtype).transpose(1, 2, 0)
     alpha, beta = 0.75, -1.5
     assert program.convert_copy(d, x, c, alpha, beta if c is not None else 0.0)
     _bits_equal(d, _want(x, c, alpha, beta if c is not None else 0.0, dtype))
