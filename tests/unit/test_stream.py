@@ -44,6 +44,10 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "own_sums_small": ("de,fd->e", {"d": 130, "e": 800, "f": 12}),
     "long_run_small": ("klcd,dc->lk", {"k": 13, "l": 15, "c": 20, "d": 26}),
     "spread": ("snqa,sa->qa", {"s": 16, "n": 24, "q": 64, "a": 3}),
+    # a short batch label innermost inside a summed one: running sums per row
+    "batch_under_sum": ("dmpkqu,qpum->ku", {"d": 8, "m": 6, "p": 3, "k": 9, "q": 11, "u": 7}),
+    "batch_under_sum_into_d": ("kdmpqu,qpum->ku", {"k": 9, "d": 8, "m": 6, "p": 3, "q": 11,
+                                                    "u": 17}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -141,7 +145,8 @@ def test_cases_cover_every_way_of_running() -> None:
 
 
 @pytest.mark.parametrize("ops", ["", "A", "B", "C", "D", "AB", "AD", "BCD", "ABCD"])
-@pytest.mark.parametrize("name", ["interleaved", "m_is_b", "walk_permuted", "one_thread"])
+@pytest.mark.parametrize("name", ["interleaved", "m_is_b", "walk_permuted", "one_thread",
+                                  "batch_under_sum", "batch_under_sum_into_d"])
 def test_conjugations(name: str, ops: str) -> None:
     equation, ext = CASES[name]
     for dtype in (np.complex64, np.complex128):
