@@ -657,6 +657,16 @@ def test_packs_sum_isolated_labels_innermost_in_the_source(dt: Datatype,
     assert any("ttgt" in r and "packs A" in r for r in routes), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_a_pack_summing_more_than_it_writes_is_shared_over_the_workers(dt: Datatype) -> None:
+    """``cix,xz->zc`` summing i: the pack reads 1-2 MB into 8-16 KB, so it is shared out over
+    the pool by what it reads (each worker its rows of c); conjugated or not, A reversed."""
+    ext = {"c": 40, "i": 220, "x": 26, "z": 24}
+    routes = _variants(dt, ("cix", "xz", "zc"), ext, [
+        ("none", "----", {}), ("own", "c---", {"A": "sub_neg"})])
+    assert all("ttgt" in r and "packs A" in r for r in routes), routes
+
+
 def test_transpositions_across_more_pages_than_the_tlb_run_in_blocks() -> None:
     """A 6000^2 F64 transposition (a page per element of B's row) runs in blocks of B packed in
     D's order; a 1000^2 one, whose lines and pages stay cached, as a plain nest."""
