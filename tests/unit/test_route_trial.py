@@ -155,3 +155,46 @@ def test_no_trial_where_the_other_route_needs_more_memory_than_allowed() -> None
     template = Status()
     kept, kept_template = routes.routes_for(spec, views, template, "k", Status, scratch - 1)
     assert kept is views and kept_template is template and template.bytes_allocated == 0
+
+
+def test_gemvs_on_views_in_long_rows_are_tried_against_one_gemv() -> None:
+    """``ofqx,of->xq``: 21 GEMVs on views, each reading A in rows of 70 C64 numbers (560 bytes,
+    above GEMV_SCATTER_RUN) apart, against one GEMV over A's free labels in order, its result
+    stored into D; both exact on integers, whichever runs, and the trial settles."""
+    ext = {"o": 40, "f": 40, "q": 21, "x": 70}
+    rng = np.random.default_rng(5)
+
+    def ints(labels: str) -> np.ndarray:
+        shape = tuple(ext[x] for x in labels)
+        return (rng.integers(-3, 4, shape) + 1j * rng.integers(-3, 4, shape)).astype(np.complex64)
+
+    a, b, c = ints("ofqx"), ints("of"), ints("xq")
+    want = (2 * np.einsum("ofqx,of->xq", a.astype(np.complex128), b.astype(np.complex128))
+            - 3 * c).astype(np.complex64)
+
+    def plan(backend: str) -> TensorProduct:
+        return TensorProduct(Handle(backend), TensorInfo.from_array(a), "ofqx",
+                             TensorInfo.from_array(b), "of", TensorInfo.from_array(c), "xq",
+                             TensorInfo.from_array(c), "xq")
+
+    spec = plan("blas").spec
+    first = program.lower(spec)
+    assert first.kind is program.Step.GEMM and "n=1," in first.description
+    alt = program.alternative(spec)
+    assert alt is not None and alt.kind is program.Step.TTGT and "packs none" in alt.description
+    with pytest.MonkeyPatch.context() as mp:  # rows this long scatter no more: no alternative
+        mp.setattr(program, "GEMV_SCATTER_RUN", 1 << 20)
+        program._lower.cache_clear()
+        assert program.lower(spec).kind is program.Step.TTGT
+        assert program.alternative(spec) is None
+    program._lower.cache_clear()
+    auto = plan("auto")
+    seen = set()
+    for _ in range(40):
+        d = np.full(c.shape, np.nan, np.complex64)
+        seen.add(auto.execute(2, a, b, -3, c, d).algorithm)
+        assert np.array_equal(d, want)
+        if auto.compiled_program is not None:
+            break
+    assert auto.compiled_program is not None, "the trial never settled"
+    assert any("ttgt" in s for s in seen) and any("views" in s for s in seen), seen

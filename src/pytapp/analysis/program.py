@@ -1154,14 +1154,15 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: boo
     return step, pack
 
 
-def _one_gemv(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: int
-              ) -> tuple[GemmStep, PackStep] | None:
+def _one_gemv(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: int,
+              any_run: bool = False) -> tuple[GemmStep, PackStep] | None:
     """Return one GEMV over the thick operand's free labels where GEMVs on views ``g`` scatter.
 
     GEMV-like products (one side without free labels) whose GEMVs on views read each matrix
-    in rows of at most :data:`GEMV_SCATTER_RUN` bytes, apart from one another, run as TTGT
-    instead where it packs nothing of the thick operand (the vector may be packed): one GEMV
-    reads it in order, its result stored into D. ``None`` where that does not hold.
+    in rows of at most :data:`GEMV_SCATTER_RUN` bytes (``any_run``: of any length), apart from
+    one another, run as TTGT instead where it packs nothing of the thick operand (the vector
+    may be packed): one GEMV reads it in order, its result stored into D. ``None`` where that
+    does not hold.
     """
     cls = spec.classes
     if (g.calls == 1 or g.reduced or min(g.m, g.n) != 1 or max(g.m, g.n) == 1
@@ -1171,7 +1172,7 @@ def _one_gemv(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item: in
     (e0, e1), (s0, s1) = thick.shape[-2:], thick.strides[-2:]
     # each row: ``run`` numbers along the unit stride, rows ``gap`` apart (equal: one block)
     run, gap = (e1, abs(s0)) if abs(s1) == 1 else (e0, abs(s1)) if abs(s0) == 1 else (0, 0)
-    if run == gap or run * item > GEMV_SCATTER_RUN:
+    if run == gap or (run * item > GEMV_SCATTER_RUN and not any_run):
         return None
     runs = _ttgt_runs(spec, out, item, gemv=True)
     if runs is None or (runs[1].bytes_a if thick is g.a else runs[1].bytes_b):
@@ -1230,9 +1231,13 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     they are, unpriced: a TTGT the executor runs ran 0.32-7.7x their speed on 104 seeded
     products (2-core Xeon; 1.32x in geometric mean, 18 below 0.95x; on a 2-core EPYC 1.08x,
     19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads
-    or packs, the thinness of TTGT's GEMM) told the two groups apart. A plan may try both on
-    the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where
-    ``lower`` chose anything else, or where the executor runs no TTGT of ``spec``.
+    or packs, the thinness of TTGT's GEMM) told the two groups apart. So do GEMVs on views
+    that scatter their matrix in rows longer than :data:`GEMV_SCATTER_RUN` bytes, against one
+    GEMV reading it in order (``ofqx,of->xq``, C64, 21 GEMVs in rows of 600 bytes: 5.6 ms
+    against 2.4; at 632 bytes and more one GEMV had run 0.76-1.27x their speed). A plan may
+    try both on the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`).
+    ``None`` where ``lower`` chose anything else, or where the executor runs no TTGT of
+    ``spec``.
 
     Examples
     --------
@@ -1259,6 +1264,17 @@ def _unpriced_views(spec: ContractionSpec, g: ViewGemm) -> bool:
     """Whether GEMMs on views ``g`` stay without a price against TTGT (:func:`alternative`)."""
     return (g.calls > 1 and not g.reduced and min(g.m, g.n) > 1
             and spec.flops > VIEWS_TO_TTGT_MAX_FLOPS and _gemm_sized(spec))
+
+
+def _unpriced_gemv(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label],
+                   item: int) -> tuple[GemmStep, PackStep] | None:
+    """Return one GEMV where GEMVs on views ``g`` scatter in rows of unpriced length.
+
+    Rows longer than :data:`GEMV_SCATTER_RUN` bytes (:func:`alternative`); else ``None``.
+    """
+    if spec.flops <= VIEWS_TO_TTGT_MAX_FLOPS or _one_gemv(spec, g, out, item) is not None:
+        return None
+    return _one_gemv(spec, g, out, item, any_run=True)
 
 
 def _loop_limit(spec: ContractionSpec, summed: bool, rows: bool, strided: bool = True) -> int:
@@ -1610,10 +1626,12 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | N
     if chosen is None and gemm and not gemv_like:
         chosen = _choose_gemm(spec, item)
         if ttgt:  # the alternative exists only where these views are not priced
-            if chosen is None or not _unpriced_views(spec, chosen[0]):
+            gemv = None if chosen is None else _unpriced_gemv(spec, chosen[0], out, item)
+            if chosen is None or not (gemv is not None or _unpriced_views(spec, chosen[0])):
                 return None
-            chosen = None
-        one_gemv = None if chosen is None else _one_gemv(spec, chosen[0], out, item)
+            chosen, one_gemv = None, gemv
+        else:
+            one_gemv = None if chosen is None else _one_gemv(spec, chosen[0], out, item)
         if chosen is not None and (
                 one_gemv is not None or _ttgt_cheaper(spec, chosen[0], out, item)
                 or (rows and chosen[0].m * chosen[0].n == 1)):  # dots that stride: by rows

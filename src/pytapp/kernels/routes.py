@@ -2,7 +2,8 @@
 
 Above :data:`pytapp.analysis.program.VIEWS_TO_TTGT_MAX_FLOPS` the lowering keeps GEMMs on
 views that it does not price against TTGT (:func:`pytapp.analysis.program.alternative`: on
-104 seeded products, TTGT ran 0.32-7.7x their speed, and nothing the model knows told which).
+104 seeded products, TTGT ran 0.32-7.7x their speed, and nothing the model knows told which),
+and GEMVs on views scattering their matrix in long rows against one GEMV (0.85-2.56x on 27).
 A plan allowed to tune (``auto``, unless ``PYTAPP_AUTOTUNE=0``) compiles both and calls them
 through a :class:`RouteTrial`: the model's choice first, then the calls alternate
 (:class:`pytapp.wisdom.Trial`) until one wins, which every later call runs. No call is added:
