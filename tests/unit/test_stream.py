@@ -48,6 +48,12 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "batch_under_sum": ("dmpkqu,qpum->ku", {"d": 8, "m": 6, "p": 3, "k": 9, "q": 11, "u": 7}),
     "batch_under_sum_into_d": ("kdmpqu,qpum->ku", {"k": 9, "d": 8, "m": 6, "p": 3, "q": 11,
                                                     "u": 17}),
+    # a short batch run (w) inside a label of D's (p) along which M and D continue: one run of
+    # M and D against V's run repeated; into T, and (k outermost) into D itself
+    "repeated_run": ("sekfnpw,efsw->nwpk", {"s": 3, "e": 5, "k": 4, "f": 6, "n": 5, "p": 7,
+                                            "w": 9}),
+    "repeated_run_into_d": ("ksefnpw,efsw->knpw", {"k": 8, "s": 3, "e": 5, "f": 6, "n": 5,
+                                                   "p": 7, "w": 9}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -146,7 +152,8 @@ def test_cases_cover_every_way_of_running() -> None:
 
 @pytest.mark.parametrize("ops", ["", "A", "B", "C", "D", "AB", "AD", "BCD", "ABCD"])
 @pytest.mark.parametrize("name", ["interleaved", "m_is_b", "walk_permuted", "one_thread",
-                                  "batch_under_sum", "batch_under_sum_into_d"])
+                                  "batch_under_sum", "batch_under_sum_into_d", "repeated_run",
+                                  "repeated_run_into_d"])
 def test_conjugations(name: str, ops: str) -> None:
     equation, ext = CASES[name]
     for dtype in (np.complex64, np.complex128):
