@@ -2703,12 +2703,11 @@ static void cvt_load(float *f, const char *p, npy_intp s, npy_intp n, int k) {
     else
         half_to_float(f, q, n);
 }
-/* The n numbers of f, rounded to kind k, to p, s bytes apart. */
+/* The n numbers of f, rounded to kind k, to p, s bytes apart (an F32 row at unit stride is
+ * written by cvt_finish itself). */
 static void cvt_store(char *p, npy_intp s, const float *f, npy_intp n, int k) {
     if (k == CVT_F32) {
-        if (s == 4) memcpy(p, f, (size_t)n * 4);
-        else
-            for (npy_intp i = 0; i < n; ++i) *(float *)(p + i * s) = f[i];
+        for (npy_intp i = 0; i < n; ++i) *(float *)(p + i * s) = f[i];
         return;
     }
     uint16_t h[CVT_CHUNK];
@@ -2728,11 +2727,6 @@ typedef struct {
     float alpha, beta;
     npy_intp ext[MAXL], sd[MAXL], sx[MAXL], sc[MAXL];
 } Cvt;
-
-/* d = alpha * f + beta * c for n (<= CVT_CHUNK) numbers, f holding x's as F32: alpha * x
- * first, then beta * c added, as NumPy's epilogue computes them; rounded once, when stored. */
-static void cvt_finish(const Cvt *g, char *d, npy_intp sd, const float *f, const char *c,
-                       npy_intp sc, npy_intp n);
 
 /* cvt_finish over m rows of n numbers in AVX registers (row r at d + r * sd1, f + r * sf1 and
  * c + r * sc1 bytes), where dst (F16 or BF16) and c run along the rows; a row's last n % 8

@@ -29,8 +29,7 @@ from pytapp.kernels.pool import executor as _executor
 from pytapp.kernels.program import convert_copy, pool_map, summed_gemm, tiled_copy
 
 __all__ = ["default_threads", "parallel_convert", "parallel_copyto", "parallel_einsum",
-           "parallel_map",
-           "parallel_matmul", "parallel_multiply", "parallel_sum"]
+           "parallel_map", "parallel_matmul", "parallel_multiply", "parallel_sum"]
 
 #: Below this many bytes of output an operation runs on the calling thread.
 MIN_BYTES = 1 << 22
