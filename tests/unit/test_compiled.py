@@ -525,6 +525,31 @@ def test_thin_ttgt_packs_its_thick_operand_in_blocks(dt: Datatype,
             routes)
 
 
+# batches of thin GEMMs whose labels D's lines run along: a batch label D's fastest (the
+# blocks' rows of T, or their columns where A is the thin side), or next to a short run of D
+_THIN_BATCH_SHAPES = [("bixk", "bkj", "xijb"), ("bkj", "bixk", "xijb"), ("ikbc", "kyjcb", "yjibc"),
+                      ("kbix", "bjk", "ixbj")]
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _THIN_BATCH_SHAPES,
+                         ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_thin_batch_runs_inside_each_block(dt: Datatype, shape: tuple[str, str, str]) -> None:
+    """Where D's lines run along the batch's labels, each block of the thick operand holds
+    every GEMM of the batch (packed one after another, conjugated, isolated labels summed),
+    each GEMM into its part of the worker's buffer, the block stored into D with the epilogue;
+    blocks of one index and of half of them (``_thin_batch``'s doctests: blocks that would
+    outgrow BLOCK_LEAN_BYTES so hold one GEMM each)."""
+    ext = {"i": 4, "j": 3, "k": 6, "x": 5, "y": 2, "b": 3, "c": 2}
+    cases = [("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+             ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+             ("nan", "-c-c", {"A": "sub_neg"})]
+    for block_bytes in (1, 1 << 40):
+        with _thin_blocks(block_bytes, store_bytes=0), _lowering(GEMM_MIN_MADDS=1):
+            routes = _variants(dt, shape, ext, cases)
+        assert any("in blocks of" in r and "the whole batch's" in r for r in routes), routes
+
+
 def test_thin_blocks_count_one_workers_scratch_not_the_thick_operand() -> None:
     """A thin product whose thick operand alone exceeds TTGT_MAX_BYTES lowers when its blocks
     are at most BLOCK_LEAN_BYTES (it is never packed whole), not when they are larger; each
