@@ -3802,7 +3802,9 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
     job.out = out;
     job.gemms = p->block_gemms > 1 ? p->block_gemms : 1;
     job.ostep = p->nb ? p->bst[thick_b ? 0 : 1][0] : 0; /* the other operand: A where B is thick */
-    job.tstep = p->bytes_t / job.gemms;
+    /* each GEMM's box in the worker's buffer; written into `out` itself (D lying as T), the
+     * batch's own stride there */
+    job.tstep = D ? p->bytes_t / job.gemms : p->nb ? p->bst[2][0] : 0;
     if (thick_left) { /* T[rows of the block] = buf op(right) */
         job.col_major = 0;
         job.n = p->n;

@@ -526,20 +526,22 @@ def test_thin_ttgt_packs_its_thick_operand_in_blocks(dt: Datatype,
 
 
 # batches of thin GEMMs whose labels D's lines run along: a batch label D's fastest (the
-# blocks' rows of T, or their columns where A is the thin side), or next to a short run of D
+# blocks' rows of T, or their columns where A is the thin side), or next to a short run of D;
+# or the thick operand's (b its fastest, D's lines along its other labels)
 _THIN_BATCH_SHAPES = [("bixk", "bkj", "xijb"), ("bkj", "bixk", "xijb"), ("ikbc", "kyjcb", "yjibc"),
-                      ("kbix", "bjk", "ixbj")]
+                      ("kbix", "bjk", "ixbj"), ("xikb", "bkj", "bxij")]
 
 
 @pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
 @pytest.mark.parametrize("shape", _THIN_BATCH_SHAPES,
                          ids=lambda s: ",".join(s[:2]) + "->" + s[2])
 def test_thin_batch_runs_inside_each_block(dt: Datatype, shape: tuple[str, str, str]) -> None:
-    """Where D's lines run along the batch's labels, each block of the thick operand holds
-    every GEMM of the batch (packed one after another, conjugated, isolated labels summed),
-    each GEMM into its part of the worker's buffer, the block stored into D with the epilogue;
+    """Where D's lines, or the thick operand's, run along the batch's labels, each block of
+    the thick operand holds every GEMM of the batch (packed one after another, conjugated,
+    isolated labels summed), each GEMM into its part of the worker's buffer, the block stored
+    into D with the epilogue, or (D lying as T, without C) each GEMM into its part of D itself;
     blocks of one index and of half of them (``_thin_batch``'s doctests: blocks that would
-    outgrow BLOCK_LEAN_BYTES so hold one GEMM each)."""
+    outgrow BLOCK_LEAN_BYTES, or write D a few numbers per line, so hold one GEMM each)."""
     ext = {"i": 4, "j": 3, "k": 6, "x": 5, "y": 2, "b": 3, "c": 2}
     cases = [("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
              ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),

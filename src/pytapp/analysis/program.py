@@ -184,7 +184,13 @@ TTGT_STORE_MAX_BYTES = 1 << 24
 #: number per line of D, each line fetched again for every GEMM of the batch
 #: (``ncqia,iab->qnbca``, F64, 38 GEMMs of 26 x 11400 x 7, ``a`` D's fastest: 162 -> 20 ms).
 #: Of 12000 seeded products, 97 qualify (2-core Xeon, blas's plan with C, 7 interleaved
-#: rounds): 1.04-8.97x, geometric mean 3.0x, none slower.
+#: rounds): 1.04-8.97x, geometric mean 3.0x, none slower. So does a batch along which the
+#: thick operand runs shorter than TILE_SOURCE_RUN bytes (each GEMM's blocks would read parts
+#: of the same lines), where each block then writes D in runs of half a line at least: 101
+#: more products of those seeds, 0.56-7.3x, geometric mean 1.83x, seven below 0.95x
+#: (``xrs,twrxc->crstw`` 0.56x, ``jnu,uhfin->infhj`` 0.78x); ``hdm,wumd->uhmw`` 170 -> 23 ms,
+#: ``umx,lrxu->xmrl`` (F32) 211 -> 31 ms, ``ordh,ond->nrdh`` 57 -> 12 ms (GEMVs on views before).
+#: Without the half-line rule 15 of 113 lost, to 0.38x.
 THIN_MAX = 128
 PACK_BLOCK_BYTES = 1 << 18
 #: Thin GEMMs whose blocks hold at most this many bytes count only what one worker allocates
@@ -758,11 +764,15 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     # (a batch: each block of each GEMM of it, the batch labels out of the blocked nest; where
     # D's lines run along them, every GEMM of the batch inside each block, see THIN_MAX)
     per_gemm = [] if hh > 1 else h
-    inner = hh if side is not None and hh > 1 and _run_bytes(
-        spec.d, h, spec, item) < TILE_LINE else 1  # GEMMs of the batch run inside each box
+    # where D's lines run along the batch, or the thick operand's do (runs shorter than
+    # TILE_SOURCE_RUN: each GEMM's blocks would read parts of the same lines)
+    d_lines = _run_bytes(spec.d, h, spec, item) < TILE_LINE
+    inner = hh if side is not None and hh > 1 and (d_lines or (_run_bytes(
+        left if side == 0 else right, h, spec, item) < TILE_SOURCE_RUN)) else 1
     if side == 0 and pack_l:
         lfree = sorted(lfree, key=lambda x: ext(x) == 1)
-        inner, blocks = _thin_batch(ext(lfree[0]), rows, cols, k, item, inner)
+        inner, blocks = _thin_batch(ext(lfree[0]), rows, cols, k, item, inner,
+                                    None if d_lines else abs(d_st[lfree[0]]) * item)
         if blocks is not None:
             within = [*h] if inner > 1 else []
             axis = len(within) + (len(p) if l_t else 0)
@@ -770,7 +780,8 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
                                    [*within, *lfree, *p, *per_gemm], liso, spec, item)
     elif side == 1 and pack_r:
         rfree = sorted(rfree, key=lambda x: ext(x) == 1)
-        inner, blocks = _thin_batch(ext(rfree[0]), cols, rows, k, item, inner)
+        inner, blocks = _thin_batch(ext(rfree[0]), cols, rows, k, item, inner,
+                                    None if d_lines else abs(d_st[rfree[0]]) * item)
         if blocks is not None:
             within = [*h] if inner > 1 else []
             axis = len(within) + (0 if r_t else len(p))
@@ -934,12 +945,15 @@ def _thin_blocks(first: int, thick: int, thin: int, k: int, item: int
     return block, unit, block * per
 
 
-def _thin_batch(first: int, thick: int, thin: int, k: int, item: int, gemms: int
-                ) -> tuple[int, tuple[int, int, int] | None]:
+def _thin_batch(first: int, thick: int, thin: int, k: int, item: int, gemms: int,
+                d_stride: int | None = None) -> tuple[int, tuple[int, int, int] | None]:
     """Return (GEMMs per block, :func:`_thin_blocks`) for a thin GEMM of a batch of ``gemms``.
 
     The batch's GEMMs go inside each block (its rows of each, one after another) where its
-    blocks then hold at most :data:`BLOCK_LEAN_BYTES`; else each block is one GEMM's.
+    blocks then hold at most :data:`BLOCK_LEAN_BYTES` and, given ``d_stride`` (D's bytes
+    between the blocked label's indices), write D in runs of half a line at least (a block
+    of every GEMM writing a number per line of D would leave the rest of each line to the
+    next block, the whole batch's lines later); else each block is one GEMM's.
 
     Examples
     --------
@@ -947,10 +961,13 @@ def _thin_batch(first: int, thick: int, thin: int, k: int, item: int, gemms: int
     (38, (1, 300, 638400))
     >>> _thin_batch(7, 10626, 12, 56, 8, 27)[0]  # 18 MB blocks: one GEMM in each
     1
+    >>> _thin_batch(58, 15312, 23, 29, 8, 34, d_stride=8)[0]  # D's fastest, 1 index a block
+    1
     """
     if gemms > 1:
         blocks = _thin_blocks(first, thick, thin, k * gemms, item)
-        if blocks is not None and blocks[2] <= BLOCK_LEAN_BYTES:
+        if blocks is not None and blocks[2] <= BLOCK_LEAN_BYTES and (
+                d_stride is None or min(d_stride, TILE_LINE) * blocks[0] >= TILE_LINE // 2):
             return gemms, blocks
     return 1, _thin_blocks(first, thick, thin, k, item)
 
