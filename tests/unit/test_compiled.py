@@ -552,6 +552,20 @@ def test_thin_batch_runs_inside_each_block(dt: Datatype, shape: tuple[str, str, 
         assert any("in blocks of" in r and "the whole batch's" in r for r in routes), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_thin_batch_blocks_are_cut_to_a_quarter_of_the_lean_bound(dt: Datatype) -> None:
+    """Blocks of every GEMM that THIN_REREAD would make larger than BLOCK_LEAN_BYTES hold a
+    quarter of it (here one index of the blocked label, 16 blocks), still run correctly."""
+    ext = {"x": 16, "i": 4, "k": 6, "b": 3, "j": 3}
+    per = 4 * 6 * 3 * dt.itemsize  # one index of x: i, k of each of the 3 GEMMs
+    cases = [("none", "----", {}), ("own", "cc-c", {"B": "sub", "C": "neg"}),
+             ("d", "c-cc", {"D": "sub_mixed"})]
+    with _thin_blocks(1, store_bytes=0), _lowering(GEMM_MIN_MADDS=1, THIN_REREAD=1 << 30,
+                                                   BLOCK_LEAN_BYTES=8 * per - 1):
+        routes = _variants(dt, ("xikb", "bkj", "bxij"), ext, cases)
+    assert all(f"in blocks of {lowering._bytes(per)}" in r for r in routes), routes
+
+
 def test_thin_blocks_count_one_workers_scratch_not_the_thick_operand() -> None:
     """A thin product whose thick operand alone exceeds TTGT_MAX_BYTES lowers when its blocks
     are at most BLOCK_LEAN_BYTES (it is never packed whole), not when they are larger; each

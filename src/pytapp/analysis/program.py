@@ -953,19 +953,30 @@ def _thin_batch(first: int, thick: int, thin: int, k: int, item: int, gemms: int
     blocks then hold at most :data:`BLOCK_LEAN_BYTES` and, given ``d_stride`` (D's bytes
     between the blocked label's indices), write D in runs of half a line at least (a block
     of every GEMM writing a number per line of D would leave the rest of each line to the
-    next block, the whole batch's lines later); else each block is one GEMM's.
+    next block, the whole batch's lines later); else each block is one GEMM's. Blocks that
+    THIN_REREAD would make larger (the whole batch's thin operands read again for each) hold
+    a quarter of BLOCK_LEAN_BYTES: of 19 seeded products so cut, 0.93-4.6x the one GEMM a
+    block they had run as (geometric mean 1.84x; ``chz,zth->hct`` 299 -> 65 ms,
+    ``udc,scu->usd`` 102 -> 37 ms); an eighth lost to 0.62x, a half to 0.74x.
 
     Examples
     --------
     >>> _thin_batch(38, 11400, 26, 7, 8, 38)  # each block: 300 rows of each of 38 GEMMs
     (38, (1, 300, 638400))
-    >>> _thin_batch(7, 10626, 12, 56, 8, 27)[0]  # 18 MB blocks: one GEMM in each
+    >>> _thin_batch(7, 10626, 12, 56, 8, 27)[0]  # one index of 18 MB: one GEMM a block
     1
+    >>> _thin_batch(637, 637, 102, 122, 8, 72)  # 4 MB blocks of every GEMM, not 22 MB
+    (72, (59, 1, 4146048))
     >>> _thin_batch(58, 15312, 23, 29, 8, 34, d_stride=8)[0]  # D's fastest, 1 index a block
     1
     """
     if gemms > 1:
         blocks = _thin_blocks(first, thick, thin, k * gemms, item)
+        if blocks is not None and blocks[2] > BLOCK_LEAN_BYTES:  # (THIN_REREAD times the
+            # whole batch's thin operands): a quarter of BLOCK_LEAN_BYTES at most
+            per = blocks[2] // blocks[0]
+            fit = BLOCK_LEAN_BYTES // 4 // per
+            blocks = (fit, blocks[1], fit * per) if fit >= 1 else None
         if blocks is not None and blocks[2] <= BLOCK_LEAN_BYTES and (
                 d_stride is None or min(d_stride, TILE_LINE) * blocks[0] >= TILE_LINE // 2):
             return gemms, blocks
