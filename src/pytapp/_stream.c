@@ -29,6 +29,29 @@
  * running sums of its own (batch_c64, batch_c128; the real streams' `sums`). */
 #define STREAM_ACC_MAX 32
 
+/* The complex pass kernels below (stream_c64, stream_c128, batch_*) are built once more for
+ * AVX2, which the CPU picks at load time where it has it (GCC's target_clones), with the
+ * helpers they inline: the same operations in the same order (C11 does not contract a * b + c
+ * into one rounding). On 9 seeded complex streams (2-core Xeon, runs of separate processes,
+ * least of several) 0.78-2.8x the baseline build's speed, five above 1.1x (kfiwxa,xkf->wa, C128,
+ * 224 MB: 24.7 -> 11.9 ms; ckntv,ktv->cvn 29.0 -> 10.4), wfman,wfm->a (C128) 0.78-0.90x. The
+ * real streams ran 0.81-1.87x so (14 products, 7 below 1.0x): built for the baseline, as the
+ * tuning of their running sums assumed. An AVX-512 clone was no faster on the complex ones and
+ * lost to 0.35x on the real ones. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define STREAM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define STREAM_CLONES
+#endif
+/* Their helpers are always inlined: an (AVX-512) clone calling one built for the baseline ran
+ * its SSE code with the wide registers' upper halves in use, each instruction stalled
+ * (gikjd,ijk->g, F32: 1.4 -> 31 ms). */
+#if defined(__GNUC__)
+#define STREAM_INLINE static inline __attribute__((always_inline))
+#else
+#define STREAM_INLINE static inline
+#endif
+
 /* The nest's odometer over labels [0, last), label 0 up to `stop` (the labels from `last` in
  * are the caller's plain loops); `o` holds the three byte offsets. Returns 1 when done. */
 static int stream_step(const StreamNest *n, int last, int64_t *idx, int64_t stop, int64_t *o) {
@@ -198,7 +221,7 @@ REAL_STREAM(f64, double)
 
 /* Complex numbers as (re, im) pairs; `cs` is -1 where each run's product is conjugated. */
 #define COMPLEX_STREAM(NAME, T)                                                                 \
-    static void cdot_##NAME(const T *a, const T *b, int64_t e, T *re, T *im) {                  \
+    STREAM_INLINE void cdot_##NAME(const T *a, const T *b, int64_t e, T *re, T *im) {           \
         T tr = 0, ti = 0;                                                                       \
         for (int64_t i = 0; i < e;) {                                                           \
             const int64_t i1 = e - i > STREAM_DOT_BLOCK ? i + STREAM_DOT_BLOCK : e;             \
@@ -220,7 +243,8 @@ REAL_STREAM(f64, double)
         }                                                                                       \
         *re = tr, *im = ti;                                                                     \
     }                                                                                           \
-    static void csum_##NAME(const T *a, int64_t e, T *re, T *im) { /* a[2 e]: (re, im) pairs */\
+    /* a[2 e]: (re, im) pairs */                                                                \
+    STREAM_INLINE void csum_##NAME(const T *a, int64_t e, T *re, T *im) {                       \
         T tr = 0, ti = 0;                                                                       \
         for (int64_t i = 0; i < 2 * e;) {                                                       \
             const int64_t i1 = 2 * e - i > 2 * STREAM_DOT_BLOCK ? i + 2 * STREAM_DOT_BLOCK      \
@@ -238,8 +262,9 @@ REAL_STREAM(f64, double)
      * a summed one: the products summed over the summed label in running sums, added into D  \
      * once per row (dmpkqu,qpum->ku, C128, runs of 7: each run added into D and the odometer  \
      * stepped per run, 4.7 GB/s from 185 MB of M). */                                        \
-    static void batch_##NAME(const StreamNest *n, int64_t start, int64_t stop, const char *M,   \
-                             const char *V, char *D, T ar, T ai, T cs) {                        \
+    STREAM_CLONES static void batch_##NAME(const StreamNest *n, int64_t start, int64_t stop,    \
+                                           const char *M, const char *V, char *D, T ar, T ai,   \
+                                           T cs) {                                              \
         int64_t idx[STREAM_MAXL] = {0};                                                         \
         const int li = n->nl - 1, l2 = li - 1;                                                  \
         const int64_t e = n->ext[li], sm2 = n->sm[l2], sv2 = n->sv[l2];                         \
@@ -264,8 +289,9 @@ REAL_STREAM(f64, double)
             }                                                                                   \
         } while (l2 > 0 && !stream_step(n, l2, idx, stop, o));                                  \
     }                                                                                           \
-    static void stream_##NAME(const StreamNest *n, int64_t start, int64_t stop, const char *M,  \
-                              const char *V, char *D, T ar, T ai, T cs) {                       \
+    STREAM_CLONES static void stream_##NAME(const StreamNest *n, int64_t start, int64_t stop,   \
+                                            const char *M, const char *V, char *D, T ar, T ai,  \
+                                            T cs) {                                             \
         int64_t idx[STREAM_MAXL] = {0};                                                         \
         const int li = n->nl - 1;                                                               \
         const int64_t e = n->ext[li], sm = n->sm[li], sv = n->sv[li], sd = n->sd[li];           \
@@ -348,13 +374,6 @@ REAL_STREAM(f64, double)
 COMPLEX_STREAM(c64, float)
 COMPLEX_STREAM(c128, double)
 
-/* The loops above are plain C: built for the baseline x86-64 (SSE2) they read M at about 11
- * GB/s per core (abcd,c->abd, F64, 128 MB: 11.6 ms on one core). One clone per vector width,
- * picked at load time (GCC's target_clones): the same operations in the same order (C11 does
- * not contract a * b + c into one rounding), vectors as wide as the CPU has. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 void stream_accumulate(int dt, const StreamNest *n, int64_t start, int64_t stop, const char *M,
                        const char *V, char *D, const double alpha[2], int conj_m) {
     if (n->nl < 1 || start >= stop) return;
