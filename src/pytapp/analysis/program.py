@@ -977,7 +977,7 @@ def _thin_batch(first: int, thick: int, thin: int, k: int, item: int, gemms: int
             per = blocks[2] // blocks[0]
             fit = BLOCK_LEAN_BYTES // 4 // per
             blocks = (fit, blocks[1], fit * per) if fit >= 1 else None
-        if blocks is not None and blocks[2] <= BLOCK_LEAN_BYTES and (
+        if blocks is not None and (
                 d_stride is None or min(d_stride, TILE_LINE) * blocks[0] >= TILE_LINE // 2):
             return gemms, blocks
     return 1, _thin_blocks(first, thick, thin, k, item)
