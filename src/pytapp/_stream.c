@@ -32,10 +32,10 @@
 /* The complex pass kernels below (stream_c64, stream_c128, batch_*) are built once more for
  * AVX2, which the CPU picks at load time where it has it (GCC's target_clones), with the
  * helpers they inline: the same operations in the same order (C11 does not contract a * b + c
- * into one rounding). On 9 seeded complex streams (2-core Xeon, runs of separate processes,
+ * into one rounding). On 7 seeded complex streams (2-core Xeon, runs of separate processes,
  * least of several) 0.78-2.8x the baseline build's speed, five above 1.1x (kfiwxa,xkf->wa, C128,
  * 224 MB: 24.7 -> 11.9 ms; ckntv,ktv->cvn 29.0 -> 10.4), wfman,wfm->a (C128) 0.78-0.90x. The
- * real streams ran 0.81-1.87x so (14 products, 7 below 1.0x): built for the baseline, as the
+ * real streams ran 0.77-1.68x so (16 products, 7 below 1.0x): built for the baseline, as the
  * tuning of their running sums assumed. An AVX-512 clone was no faster on the complex ones and
  * lost to 0.35x on the real ones. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)

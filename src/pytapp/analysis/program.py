@@ -183,8 +183,8 @@ TTGT_STORE_MAX_BYTES = 1 << 24
 #: rows of all of them stored together (:func:`_thin_batch`): a block of one GEMM wrote one
 #: number per line of D, each line fetched again for every GEMM of the batch
 #: (``ncqia,iab->qnbca``, F64, 38 GEMMs of 26 x 11400 x 7, ``a`` D's fastest: 162 -> 20 ms).
-#: Of 12000 seeded products, 97 qualify (2-core Xeon, blas's plan with C, 7 interleaved
-#: rounds): 1.04-8.97x, geometric mean 3.0x, none slower. So does a batch along which the
+#: Of 12000 seeded products, 96 qualify (2-core Xeon, blas's plan with C, 7 interleaved
+#: rounds): 1.04-8.97x, geometric mean 3.07x, none slower. So does a batch along which the
 #: thick operand runs shorter than TILE_SOURCE_RUN bytes (each GEMM's blocks would read parts
 #: of the same lines), where each block then writes D in runs of half a line at least: 101
 #: more products of those seeds, 0.56-7.3x, geometric mean 1.83x, seven below 0.95x
