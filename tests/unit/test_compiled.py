@@ -566,6 +566,53 @@ def test_thin_batch_blocks_are_cut_to_a_quarter_of_the_lean_bound(dt: Datatype) 
     assert all(f"in blocks of {lowering._bytes(per)}" in r for r in routes), routes
 
 
+# thin GEMMs whose thick operand's outermost free label x is the one D's lines run along
+# (D's fastest, or next to a run of 2 of j): the blocks are cut along y instead, so each
+# writes D's lines whole; rows of T (A thick, D not swapped), its columns (B thick, or A
+# under D^T = B^T A^T), one GEMM of a batch per block; k between x and y: packed
+_THIN_PICK_SHAPES = [("xky", "kj", "yxj"), ("xky", "kj", "jyx"), ("ik", "xky", "iyx"),
+                     ("bxky", "bkj", "byxj")]
+_THIN_PICK_EXT = {"x": 17, "y": 5, "k": 6, "i": 4, "j": 2, "b": 3}
+
+
+def _blocked_unit(dt: Datatype, shape: tuple[str, str, str]) -> int:
+    """Rows (columns) of T per index of the label the lowering of ``shape`` (contiguous
+    operands, C its own) packs its thick operand in blocks of; 0 where it packs no blocks."""
+    def operand(labels: str) -> tuple[Datatype, tuple[int, ...], tuple[int, ...], str, int]:
+        extents = tuple(_THIN_PICK_EXT[x] for x in labels)
+        strides = tuple(int(np.prod(extents[i + 1:])) for i in range(len(extents)))
+        return (dt, extents, strides, labels, 0)
+
+    low = lowering.lower(build_spec(a=operand(shape[0]), b=operand(shape[1]),
+                                    c=operand(shape[2]), d=operand(shape[2]),
+                                    prec=Prectype.DEFAULT))
+    assert low is not None and low.pack is not None, low
+    return low.pack.block_unit if low.pack.blocked >= 0 else 0
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", _THIN_PICK_SHAPES, ids=lambda s: ",".join(s[:2]) + "->" + s[2])
+def test_thin_blocks_are_cut_along_a_label_d_lines_do_not_run_along(
+        dt: Datatype, shape: tuple[str, str, str]) -> None:
+    """Blocks of x would write D a number per line: they are cut along y (17 rows or columns
+    of T per index, x's), each block's part of T stored into D with the epilogue, D right
+    under every variant; not where T is stored whole (only the pack's reads count there), nor
+    where blocks of y would read the thick operand in runs below TILE_SOURCE_RUN (5 per
+    index of x: y's)."""
+    cases = [("none", "----", {}), ("none", "cc--", {"A": "perm", "B": "perm"}),
+             ("own", "cc-c", {"B": "sub", "C": "neg"}), ("d", "c-cc", {"D": "sub_mixed"}),
+             ("nan", "-c-c", {"A": "sub_neg"})]
+    with _thin_blocks(1, store_bytes=0), _lowering(GEMM_MIN_MADDS=1, TILE_SOURCE_RUN=1):
+        assert _blocked_unit(dt, shape) == _THIN_PICK_EXT["x"]
+        routes = _variants(dt, shape, _THIN_PICK_EXT, cases)
+    assert any("in blocks of" in r and "stored into D" in r for r in routes), routes
+    with _thin_blocks(1, store_bytes=0), _lowering(GEMM_MIN_MADDS=1):
+        assert _blocked_unit(dt, shape) == _THIN_PICK_EXT["y"]
+    if "b" not in shape[0]:  # (a batch's blocks are stored by themselves or not blocked)
+        with _thin_blocks(1), _lowering(GEMM_MIN_MADDS=1, TILE_SOURCE_RUN=1):
+            assert _blocked_unit(dt, shape) == _THIN_PICK_EXT["y"]
+
+
 def test_thin_blocks_count_one_workers_scratch_not_the_thick_operand() -> None:
     """A thin product whose thick operand alone exceeds TTGT_MAX_BYTES lowers when its blocks
     are at most BLOCK_LEAN_BYTES (it is never packed whole), not when they are larger; each
