@@ -325,9 +325,11 @@ def _check_compiled(inst: Instance) -> str:
     lowered = plan.algorithm.startswith(COMPILED)
     assert status.algorithm.startswith(COMPILED) == (lowered and _takes(inst)), (
         plan.algorithm, status.algorithm)
-    if status.algorithm.startswith(COMPILED):  # only the TTGT step and blocks of a loop nest
-        scratch = (status.algorithm.startswith(f"{COMPILED} ttgt")  # allocate, within the
-                   or "packed in D's order" in status.algorithm)  # plan's declared workspace
+    if status.algorithm.startswith(COMPILED):  # only the TTGT step, blocks of a loop nest
+        scratch = (status.algorithm.startswith(f"{COMPILED} ttgt")  # and a stream's packs
+                   or "packed in D's order" in status.algorithm  # allocate, within the plan's
+                   or (status.algorithm.startswith(f"{COMPILED} stream")  # declared workspace
+                       and "(packs none)" not in status.algorithm))
         assert status.bytes_allocated <= (plan.workspace_bytes if scratch else 0), status
         if "in blocks of" not in status.algorithm:  # (blocks reuse their buffers)
             assert status.bytes_copied <= status.bytes_allocated, status
@@ -611,6 +613,20 @@ def test_thin_blocks_are_cut_along_a_label_d_lines_do_not_run_along(
     if "b" not in shape[0]:  # (a batch's blocks are stored by themselves or not blocked)
         with _thin_blocks(1), _lowering(GEMM_MIN_MADDS=1, TILE_SOURCE_RUN=1):
             assert _blocked_unit(dt, shape) == _THIN_PICK_EXT["y"]
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_gemvs_on_views_across_lines_give_way_to_one_gemv_where_the_matrix_lies(
+        dt: Datatype) -> None:
+    """``fusp,pus->f``: its GEMVs on views are dots whose terms lie 8 apart (p, A's fastest),
+    but A lies as one matrix (f outside u, s, p): B packed as A holds u, s, p, one GEMV reads A
+    in place; D right under each variant, the conjugated ones too (complex A conjugated by
+    itself cannot lie in place: it streams)."""
+    ext = {"f": 6, "u": 32, "s": 32, "p": 8}
+    cases = [("none", "----", {}), ("own", "----", {"C": "neg"}),
+             ("d", "--c-", {"D": "sub_mixed"}), ("nan", "cc--", {}), ("own", "-c-c", {})]
+    routes = _variants(dt, ("fusp", "pus", "f"), ext, cases)
+    assert all(r.startswith("compiled: ttgt") and "(packs B;" in r for r in routes[:3]), routes
 
 
 def test_thin_blocks_count_one_workers_scratch_not_the_thick_operand() -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from pytapp import ElementOp, Handle, TensorInfo, TensorProduct
 from pytapp.analysis.program import Step, StreamStep, lower
+from pytapp.analysis.viewgemm import reducing_view_gemm
 from pytapp.kernels import program
 
 pytestmark = pytest.mark.skipif(not program.available(),
@@ -54,6 +55,8 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
                                             "w": 9}),
     "repeated_run_into_d": ("ksefnpw,efsw->knpw", {"k": 8, "s": 3, "e": 5, "f": 6, "n": 5,
                                                    "p": 7, "w": 9}),
+    # GEMVs on views exist (dots of b, c) but read M across its lines, 36 apart: streamed
+    "strided_dots": ("bcpy,bcy->p", {"b": 32, "c": 32, "p": 4, "y": 9}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -235,3 +238,17 @@ def test_a_short_run_of_v_is_spread_over_the_labels_of_d_around_it() -> None:
     stream = _check(equation, ext, np.float32)
     assert stream.extents[-1] == ext["q"] * ext["a"], stream
     assert stream.bytes_v == ext["s"] * ext["q"] * ext["a"] * 4, stream
+
+
+def test_gemvs_on_views_that_read_across_lines_give_way_to_the_stream() -> None:
+    """The GEMVs on views of ``strided_dots`` are dots whose terms lie a row of M apart: the
+    stream reads M in order instead (where the views read along M, they stay the plan's)."""
+    equation, ext = CASES["strided_dots"]
+    _check(equation, ext, np.float64)
+    la, lb, ld = _labels(equation)
+    rows = np.zeros(tuple(ext[x] for x in la)), np.zeros(tuple(ext[x] for x in lb))
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(rows[0]), la,
+                         TensorInfo.from_array(rows[1]), lb, None, None,
+                         TensorInfo.from_array(np.zeros(tuple(ext[x] for x in ld))), ld)
+    views = reducing_view_gemm(plan.spec)
+    assert views is not None and views.m * views.n == 1 and abs(views.a.strides[-1]) > 1
