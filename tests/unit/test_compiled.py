@@ -629,6 +629,22 @@ def test_gemvs_on_views_across_lines_give_way_to_one_gemv_where_the_matrix_lies(
     assert all(r.startswith("compiled: ttgt") and "(packs B;" in r for r in routes[:3]), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_a_gemm_writing_d_runs_in_slabs_of_its_rows(dt: Datatype) -> None:
+    """``fcr,fuy->uyrc``: T (512 x 400) lies as D; as 32 GEMMs of 16 of its rows, each slab of
+    D set from C (lying as D, conjugated or not) just before its GEMM adds into it, or written
+    by it without C; where C lies otherwise, or D does not lie as T, no slabs; D right under
+    every variant."""
+    ext = {"f": 12, "c": 16, "r": 25, "u": 32, "y": 16}
+    cases = [("none", "----", {}), ("own", "----", {}), ("own", "--c-", {}),
+             ("own", "cc--", {"B": "perm"}), ("own", "----", {"C": "neg"}),
+             ("d", "----", {"D": "sub_mixed"})]
+    with _lowering(TTGT_STORE_MAX_BYTES=0, SLAB_BYTES=16 * 400 * dt.itemsize):
+        routes = _variants(dt, ("fcr", "fuy", "uyrc"), ext, cases)
+    slabs = ["[h=32, m=16, n=400, k=12]" in r and "slabs of its rows" in r for r in routes]
+    assert slabs[:3] == [True] * 3 and slabs[4:] == [False] * 2, routes
+
+
 def test_thin_blocks_count_one_workers_scratch_not_the_thick_operand() -> None:
     """A thin product whose thick operand alone exceeds TTGT_MAX_BYTES lowers when its blocks
     are at most BLOCK_LEAN_BYTES (it is never packed whole), not when they are larger; each
