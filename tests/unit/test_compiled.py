@@ -762,15 +762,17 @@ def test_ttgt_shares_a_batch_out_and_sets_d_from_c_block_by_block(dt: Datatype) 
 
 
 @pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("run", [5, 19])
 @pytest.mark.parametrize("shape", [("ikxt", "kj", "jxi"), ("kxit", "jk", "ijx"),
                                    ("ikxts", "kj", "xji")],
                          ids=lambda s: ",".join(s[:2]) + "->" + s[2])
-def test_packs_sum_isolated_labels_innermost_in_the_source(dt: Datatype,
+def test_packs_sum_isolated_labels_innermost_in_the_source(dt: Datatype, run: int,
                                                            shape: tuple[str, str, str]) -> None:
     """A's isolated labels are its fastest: the pack sums the innermost one as a plain loop
-    and the others by its odometer (one or two isolated labels), conjugated or not, A
-    strided and reversed, C its own, D itself, or none."""
-    ext = {"i": 9, "k": 6, "x": 7, "t": 5, "s": 3, "j": 8}
+    (where it is the only one, the kept label under it one too: runs of 5 in four partial
+    sums, of 19 in eight) and the others by its odometer (one or two isolated labels),
+    conjugated or not, A strided and reversed, C its own, D itself, or none."""
+    ext = {"i": 9, "k": 6, "x": 7, "t": run, "s": 3, "j": 8}
     routes = _variants(dt, shape, ext, [
         ("none", "----", {}), ("own", "c---", {}), ("own", "cc-c", {"C": "neg"}),
         ("d", "c---", {"A": "sub"}), ("none", "----", {"A": "sub_neg"})])
@@ -784,6 +786,19 @@ def test_a_pack_summing_more_than_it_writes_is_shared_over_the_workers(dt: Datat
     ext = {"c": 40, "i": 220, "x": 26, "z": 24}
     routes = _variants(dt, ("cix", "xz", "zc"), ext, [
         ("none", "----", {}), ("own", "c---", {"A": "sub_neg"})])
+    assert all("ttgt" in r and "packs A" in r for r in routes), routes
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("run", [13, 220])
+def test_a_shared_pack_sums_its_innermost_isolated_label_by_rows(dt: Datatype,
+                                                                 run: int) -> None:
+    """``cxi,xz->zc`` summing i, A's fastest: the pack, shared out over the pool (each worker
+    its part, at the destination's strides), sums each element's run of i in partial sums,
+    x a plain loop; conjugated or not, A reversed, C its own."""
+    ext = {"c": 40, "i": run, "x": 26, "z": 24}
+    routes = _variants(dt, ("cxi", "xz", "zc"), ext, [
+        ("none", "----", {}), ("own", "c---", {"A": "sub_neg"}), ("own", "-c-c", {})])
     assert all("ttgt" in r and "packs A" in r for r in routes), routes
 
 
