@@ -639,7 +639,7 @@ def test_a_gemm_writing_d_runs_in_slabs_of_its_rows(dt: Datatype) -> None:
     cases = [("none", "----", {}), ("own", "----", {}), ("own", "--c-", {}),
              ("own", "cc--", {"B": "perm"}), ("own", "----", {"C": "neg"}),
              ("d", "----", {"D": "sub_mixed"})]
-    with _lowering(TTGT_STORE_MAX_BYTES=0, SLAB_BYTES=16 * 400 * dt.itemsize):
+    with _lowering(SLAB_FROM_BYTES=0, SLAB_BYTES=16 * 400 * dt.itemsize):
         routes = _variants(dt, ("fcr", "fuy", "uyrc"), ext, cases)
     slabs = ["[h=32, m=16, n=400, k=12]" in r and "slabs of its rows" in r for r in routes]
     assert slabs[:3] == [True] * 3 and slabs[4:] == [False] * 2, routes

@@ -200,11 +200,14 @@ PACK_BLOCK_BYTES = 1 << 18
 #: size 16 products, 1.03-3.0x, 1.82x); five blocks of 23 MB did not (0.48x).
 BLOCK_LEAN_BYTES = 1 << 24
 THIN_REREAD = 4
-#: A GEMM writing D itself, where T would hold TTGT_STORE_MAX_BYTES or more, runs as slabs of
-#: its rows of at most this many bytes of D (the executor's FUSE_SLAB_MAX: each slab of D set
-#: from C, then added into, while in cache), at least SLAB_MIN_ROWS rows each.
+#: A GEMM writing D itself, where T would hold SLAB_FROM_BYTES or more, runs as slabs of its
+#: rows of at most SLAB_BYTES of D (the executor's FUSE_SLAB_MAX: each slab of D set from C,
+#: then added into, while in cache), at least SLAB_MIN_ROWS rows each. From 2 MiB rather than
+#: TTGT_STORE_MAX_BYTES (16 MiB): 19 more seeded products (seeds 0-29999), 0.95-1.34x,
+#: geometric mean 1.10x (from 4 MiB: 1.06x).
 SLAB_BYTES = 1 << 20
 SLAB_MIN_ROWS = 8
+SLAB_FROM_BYTES = 1 << 21
 TTGT_BLOCK_MIN_BYTES = 1 << 23
 #: A GEMM of any other shape whose T would hold TILE_FROM_BYTES or more, where D does not
 #: lie as T, computes T in boxes of its rows (of its columns where it has more of them), each
@@ -1292,13 +1295,13 @@ def _slabs(spec: ContractionSpec, step: GemmStep, pack: PackStep, item: int
            ) -> GemmStep | None:
     """Return one large GEMM writing D itself as a batch of slabs of its rows, or ``None``.
 
-    A GEMM whose T lies as D and as C, of at least :data:`TTGT_STORE_MAX_BYTES`, runs as GEMMs
+    A GEMM whose T lies as D and as C, of at least :data:`SLAB_FROM_BYTES`, runs as GEMMs
     of :data:`SLAB_BYTES` of D's rows each (a divisor of its rows, at least
     :data:`SLAB_MIN_ROWS` and at least k: each slab's GEMM reads all of the right operand),
     shared out over the workers: the executor sets each slab from C just before its GEMM adds
     into it while in cache, where T would take a pass over memory and a scratch as large as D
     (or, without C, each writes D). The right operand is the same for each slab (batch stride
-    0). Of seeds 0-39999, 28 products are so: 0.97-10.7x (geometric mean 1.81x);
+    0). Of seeds 0-39999, 28 products are so from 16 MiB: 0.97-10.7x (geometric mean 1.81x);
     ``fcr,fuy->uyrc`` (F64, T 71 MB: beyond TTGT_MAX_BYTES, it ran as 3168 GEMVs on views)
     57 -> 9.7 ms, ``uob,bxy->uoyx`` 122 -> 11.5 ms; slabs thinner than k (each reading the
     right operand for fewer rows than it holds) lost to 0.66x.
@@ -1312,7 +1315,7 @@ def _slabs(spec: ContractionSpec, step: GemmStep, pack: PackStep, item: int
     (40, None)
     """
     if (step.batch_extents or pack.blocked >= 0 or not pack.d_direct or step.summed
-            or pack.bytes_t < TTGT_STORE_MAX_BYTES or spec.c.strides != spec.d.strides
+            or pack.bytes_t < SLAB_FROM_BYTES or spec.c.strides != spec.d.strides
             or spec.c.extents != spec.d.extents):
         return None
     rows = _slab_rows(step, item)
