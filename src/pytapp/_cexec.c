@@ -1754,6 +1754,18 @@ static int run_ttgt_blocked(const Program *p, cval al, const char *A, const char
 static int run_summed(const Program *p, cval al, cval be, const char *A, const char *B,
                       char *D, const char *C, cval cbe);
 
+/* A GEMM lowered as slabs of its rows (analysis.program._slabs: one batch label, the right
+ * operand's stride 0, the left's and D's a slab's rows apart): with C lying as D, each slab is
+ * set from C before its GEMM; without C, one GEMM over all the rows writes D (the slabs, each
+ * reading all of the right operand on a one-thread BLAS, ran 0.45-0.9x its speed so). */
+static int slabbed(const Program *p) {
+    if (p->nb != 1 || p->nsum || !p->d_direct) return 0;
+    const int sw = p->swap;
+    const npy_intp row = p->ta == NO_TRANS ? p->lda * p->item : p->item;
+    return p->bst[sw ? 0 : 1][0] == 0 && p->bst[sw ? 1 : 0][0] == p->m * row
+           && p->bst[2][0] == p->m * p->ldd * p->item;
+}
+
 static int run_ttgt(const Program *p, cval al, cval be, const char *A, const char *B,
                     const char *C, char *D, int *direct) {
     const int into_d = p->d_direct && !C;
@@ -1795,7 +1807,12 @@ static int run_ttgt(const Program *p, cval al, cval be, const char *A, const cha
         run_summed(p, al, one, pa ? pa : A, pb ? pb : B, D, C, be);
         if (direct) *direct = 1;
     } else if (into_d) {
-        if (shared) run_summed(p, al, zero, pa ? pa : A, pb ? pb : B, D, NULL, zero);
+        if (slabbed(p)) {
+            Program whole = *p;
+            whole.m = p->m * p->bext[0];
+            whole.nb = 0;
+            run_gemm(&whole, al, zero, pa ? pa : A, pb ? pb : B, D, NULL, zero);
+        } else if (shared) run_summed(p, al, zero, pa ? pa : A, pb ? pb : B, D, NULL, zero);
         else run_gemm(p, al, zero, pa ? pa : A, pb ? pb : B, D, NULL, zero);
         if (direct) *direct = 1;
     } else {
