@@ -169,7 +169,8 @@ typedef struct {
     /* STREAM (swap: M is B): V packed by spack (bytes_v; 0: read in place), M streamed along
      * `stream` (_stream.h): stream_mode 0 and 1 into D set to beta op_C(C) first (1: shared out
      * along the first label, one of D's), 2 into each worker's zeroed T (bytes_t, strides tst
-     * over D's labels), added up and stored into D. */
+     * over D's labels), added up and stored into D; 3 into one zeroed T shared out along the
+     * first label (one of D's), stored into D. */
     Nest spack;
     npy_intp bytes_v;
     int stream_mode;
@@ -2189,8 +2190,8 @@ static int read_stream(PyObject *t, Program *p) {
         read_stream_nest(ext, sm, sv, sd, &p->stream) ||
         read_stream_nest(wext, wsrc, NULL, wdst, &p->vsum))
         return -1;
-    if (p->stream_mode < 0 || p->stream_mode > 2 || (p->stream_mode == 2 && count != p->nout)) {
-        PyErr_SetString(PyExc_ValueError, "stream: mode 0..2, T's strides over D's labels");
+    if (p->stream_mode < 0 || p->stream_mode > 3 || (p->stream_mode >= 2 && count != p->nout)) {
+        PyErr_SetString(PyExc_ValueError, "stream: mode 0..3, T's strides over D's labels");
         return -1;
     }
     p->bytes_v = bytes;
@@ -3518,8 +3519,8 @@ static int run_stream(const Program *p, cval al, cval be, const char *A, const c
     const int mode = p->stream_mode;
     char *vp = p->bytes_v ? keep_alloc(p->bytes_v) : NULL;
     char *walked = p->v_permute ? keep_alloc(p->bytes_v) : NULL;
-    char *t = mode == 2 ? keep_alloc(p->bytes_t) : NULL;
-    if ((p->bytes_v && !vp) || (p->v_permute && !walked) || (mode == 2 && !t)) {
+    char *t = mode >= 2 ? keep_alloc(p->bytes_t) : NULL;
+    if ((p->bytes_v && !vp) || (p->v_permute && !walked) || (mode >= 2 && !t)) {
         keep_free(vp);
         keep_free(walked);
         keep_free(t);
@@ -3541,7 +3542,7 @@ static int run_stream(const Program *p, cval al, cval be, const char *A, const c
     if (vp) V = vp;
     if (t) { /* the sums into T, then D = op_D(alpha T + beta op_C(C)) */
         memset(t, 0, (size_t)p->bytes_t);
-        stream_pass(p->dtype, &p->stream, 2, M, V, t, p->bytes_t, one, conj_m);
+        stream_pass(p->dtype, &p->stream, mode == 3 ? 1 : 2, M, V, t, p->bytes_t, one, conj_m);
         run_store(p, al, be, t, C, D);
     } else {
         run_scale(p, be, C, D);

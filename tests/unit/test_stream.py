@@ -39,7 +39,7 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "batch_inner": ("atihg,hag->tig", {"a": 10, "t": 25, "i": 24, "h": 18, "g": 21}),
     "walk_permuted": ("avqs,tqsv->a", {"a": 20, "v": 9, "q": 5, "s": 9, "t": 7}),
     "walk_direct": ("avqs,vqst->a", {"a": 20, "v": 9, "q": 5, "s": 9, "t": 7}),
-    "one_thread": ("hcgkfj,echjk->gfj", {"h": 2, "c": 3, "g": 29, "k": 2, "f": 15, "j": 22,
+    "one_thread": ("hcgkfj,echjk->gfj", {"h": 2, "c": 3, "g": 29, "k": 2, "f": 5, "j": 22,
                                           "e": 20}),
     "large_d_split": ("hjda,jdchk->chk", {"j": 2, "d": 2, "c": 29, "h": 38, "k": 36, "a": 29}),
     "own_sums_small": ("de,fd->e", {"d": 130, "e": 800, "f": 12}),
@@ -57,6 +57,13 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
                                                    "p": 7, "w": 9}),
     # GEMVs on views exist (dots of b, c) but read M across its lines, 36 apart: streamed
     "strided_dots": ("bcpy,bcy->p", {"b": 32, "c": 32, "p": 4, "y": 9}),
+    # GEMVs on views exist (24 numbers of r each) but are too small to run, and the product
+    # too large for the loop nest: streamed, q (M's outermost, D's innermost) shared out over
+    # one T laid out as M holds D's labels
+    "unrun_views": ("qeotr,eq->torq", {"q": 7, "e": 20, "o": 26, "t": 25, "r": 24}),
+    # no label of D outermost in M, D too large for copies: t (runs of 792 numbers under it
+    # in M) moved outermost and shared out
+    "moved_outer": ("hmtfc,ht->tcfm", {"h": 9, "m": 21, "t": 20, "f": 36, "c": 22}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -145,7 +152,7 @@ def test_cases_cover_every_way_of_running() -> None:
     """The cases take every mode, both operands as M, and each way of packing V."""
     seen = [_check(eq, ext, dtype) for eq, ext in CASES.values()
             for dtype in (np.float32, np.float64)]
-    assert {s.mode for s in seen} == {0, 1, 2}
+    assert {s.mode for s in seen} == {0, 1, 2, 3}
     assert {s.swap for s in seen} == {False, True}
     assert any(s.bytes_v == 0 for s in seen) and any(s.bytes_v > 0 for s in seen)
     walks = [s for s in seen if s.v_sum[0]]
@@ -252,3 +259,12 @@ def test_gemvs_on_views_that_read_across_lines_give_way_to_the_stream() -> None:
                          TensorInfo.from_array(np.zeros(tuple(ext[x] for x in ld))), ld)
     views = reducing_view_gemm(plan.spec)
     assert views is not None and views.m * views.n == 1 and abs(views.a.strides[-1]) > 1
+
+
+def test_a_label_of_d_under_which_m_runs_a_kilobyte_is_shared_out() -> None:
+    """``moved_outer``: M's outermost label h is summed and D too large for each worker's own
+    copy; t, a label of D under which M runs 792 numbers, goes outermost and is shared out
+    (not one thread)."""
+    equation, ext = CASES["moved_outer"]
+    stream = _check(equation, ext, np.float32)
+    assert stream.mode == 1 and stream.extents[0] == ext["t"], stream

@@ -261,11 +261,12 @@ TTGT_MIN_BLOCK = 16
 #: sharing D's cache lines took ten times as long: ``tbcv,mcvbu->um``, F32, 36 ms against
 #: 2.9); failing both, a label of D on which the matrix strides by at least STREAM_SPLIT_STRIDE
 #: bytes is moved outermost and shared out (each worker still streams runs that long), else
-#: one thread streams.
+#: one thread streams (``hmtfc,ht->tcfm``, F32, 12 MB, with runs of 3168 bytes under ``t``:
+#: 3.6 ms on one thread, 1.4 shared out along ``t``; at 4096 bytes, one thread).
 STREAM_SPLIT_LINE = 64
 STREAM_PRIVATE_SHARE = 16
 STREAM_PRIVATE_MAX_BYTES = 1 << 24
-STREAM_SPLIT_STRIDE = 4096
+STREAM_SPLIT_STRIDE = 1024
 #: GEMV-like products whose multiply-adds over every label (what a loop nest runs) exceed this
 #: many times the elements of A and B (what a stream reads) stream, whatever their size: the
 #: labels an operand sums on its own are summed while packing. ``de,fd->e`` with ``f``
@@ -444,6 +445,9 @@ class StreamStep:
       pass shared out along its first label whatever it is; the temporaries are added up and
       stored into D with the epilogue (``t_strides``: T's byte strides over the program's
       labels of D).
+    - 3: as 2, but the first label is one of D's, along which T's lines lie apart: one zeroed
+      T, each worker adding into its own part of it (``qeotr,eq->torq``: ``q`` outermost in M
+      and innermost in D; no copies to zero and add up).
 
     ``extents`` are the pass's labels, outermost first, ``strides`` M's, V's (packed) and D's
     (T's in mode 2) byte strides per label (0 where one lacks it).
@@ -465,7 +469,7 @@ class StreamStep:
         """Bytes of scratch one run allocates at most with ``workers`` threads."""
         walk_copies = workers - 1 if self.v_sum[0] and self.v_mode == 2 else 0
         return (self.bytes_v * (1 + int(self.v_permute) + walk_copies)
-                + self.bytes_t * (workers if self.mode == 2 else 0))
+                + self.bytes_t * (workers if self.mode == 2 else int(self.mode == 3)))
 
     def as_tuple(self) -> tuple[object, ...]:
         """Return the executor's argument tuple."""
@@ -1113,15 +1117,22 @@ def _pass_order(src: dict[Label, int], dst: dict[Label, int], dst_bytes: int,
     return [outer, *order], 1
 
 
-def _stream(spec: ContractionSpec, out: Sequence[Label], item: int) -> StreamStep | None:
-    """Return the stream of a GEMV-like product that no GEMV on views maps, or ``None``.
+def _stream(spec: ContractionSpec, out: Sequence[Label], item: int, views: bool
+            ) -> StreamStep | None:
+    """Return the stream of a GEMV-like product that no GEMV runs, or ``None``.
 
     One operand has free labels (the matrix M), the other none (the vector V), and M holds
     D's labels interleaved with summed ones (``mgzsb,bgmz->gs``: for each ``g``, 638 blocks of
-    22 x 27 at scattered places): the backend's plan has only its multiply-reduce pass, which
-    runs at a fraction of the speed of reading M, and multiplies out V's isolated labels. The
-    stream reads M once, in its memory order (see :class:`StreamStep`), V's isolated labels
-    summed while packing: ``mgzsb,bgmz->gs`` at 24x22x27x22x29 (F32, 36 MB) 3.6 -> 2.2 ms,
+    22 x 27 at scattered places), or (``views``: too many multiply-adds for the loop nest) the
+    GEMVs on views that map it are too small for :func:`lower` to run (``qeotr,eq->torq``:
+    35190 of 12 x 36): the backend's plan has only its multiply-reduce pass, which runs at a
+    fraction of the speed of reading M (it loops in D's order: 36 numbers 73 KB apart per
+    element of D, F32, 25-28 ms where the stream takes 2.2 and numpy.einsum 2.3; 129 such
+    products of seeds 0-11999 3.5x in geometric mean, 0.70-20x; scaled to 3M multiply-adds
+    3.8x), and multiplies out V's isolated labels. The loop nest below that size ran them as
+    fast (129 products scaled to 300k multiply-adds: the stream 0.27-3.5x). The stream reads
+    M once, in its memory order (see :class:`StreamStep`), V's isolated labels summed while
+    packing: ``mgzsb,bgmz->gs`` at 24x22x27x22x29 (F32, 36 MB) 3.6 -> 2.2 ms,
     ``abcde,bd->ace`` at 20x30x20x30x20 (F64) 3.6 -> 2.2 ms, ``gwk,rk->wg`` (r isolated,
     169x218x224x13, F32) 13.7 -> 0.9 ms, two cores. The passes over D (once per element of the
     summed labels outside D's innermost label) move at most twice M's bytes: M holds D's labels
@@ -1131,7 +1142,8 @@ def _stream(spec: ContractionSpec, out: Sequence[Label], item: int) -> StreamSte
     ext = spec.extent
     free_a, free_b = spec.size(cls.FA) > 1, spec.size(cls.FB) > 1
     if (free_a == free_b or spec.size((*cls.P, *cls.IA, *cls.IB)) == 1
-            or any(not g.reduced for g in view_gemms(spec)) or _views_stream(spec)):
+            or (not views and any(not g.reduced for g in view_gemms(spec)))
+            or _views_stream(spec)):
         return None
     mat, vec, viso = (spec.b, spec.a, cls.IA) if free_b else (spec.a, spec.b, cls.IB)
     m_st = {x: s * item for x, s in zip(mat.modes.labels, mat.modes.strides, strict=True)
@@ -1140,11 +1152,13 @@ def _stream(spec: ContractionSpec, out: Sequence[Label], item: int) -> StreamSte
     d_order = [x for x in sorted(m_st, key=lambda x: -abs(m_st[x])) if x in d_st]
     d_bytes = prod(ext(x) for x in d_order) * item
     order, mode = _pass_order(m_st, d_st, d_bytes, ext, item)
+    v_labels = set(vec.modes.labels)
     t_st = dict(zip(d_order, _contiguous([ext(x) for x in d_order], item), strict=True))
     private = mode == 2
     if private:  # the pass adds into T, laid out as M holds D's labels
         d_st = t_st
-    v_labels = set(vec.modes.labels)
+        if order[0] in t_st and t_st[order[0]] >= STREAM_SPLIT_LINE:
+            mode = 3  # M's outermost label one of T's: the workers share one T out along it
     shared = [x for x in order if x in v_labels]
     if not any(ext(x) > 1 for x in viso):
         shared = _stream_spread(order, shared, m_st, d_st, ext, item, mat.size * item)
@@ -1830,8 +1844,9 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | N
     pack: PackStep | None = None
     stream: StreamStep | None = None
     # (what a GEMV-like product without a GEMM falls back to; nothing below LOOP_MAX_MADDS)
-    candidate = _stream(spec, out, item) if (not ttgt and chosen is None and one_gemv is None
-                                             and not by_rows and madds > LOOP_MAX_MADDS) else None
+    candidate = _stream(spec, out, item, madds > _loop_limit(spec, sums, rows)) if (
+        not ttgt and chosen is None and one_gemv is None and not by_rows
+        and madds > LOOP_MAX_MADDS) else None
     if candidate is not None and (madds > STREAM_OWN_SUMS * (spec.a.size + spec.b.size)
                                   or candidate.extents[-1] >= STREAM_RUN_MIN):
         # labels an operand sums on its own multiply the loop nest's work (each is a loop
@@ -1903,7 +1918,7 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | N
         d_rows = [[0] * nout, [0] * nout, *(row[:nout] for row in label_strides[2:]),
                   list(stream.t_strides or [0] * nout)]
         nout, extents, (*label_strides, t_row) = _coalesce(nout, extents[:nout], d_rows)
-        if stream.mode == 2:
+        if stream.mode >= 2:
             stream = replace(stream, t_strides=tuple(t_row))
     elif pack is not None:  # TTGT's store reads T and C and writes D over D's labels only
         nout, extents, label_strides, pack = _coalesce_store(nout, extents, label_strides,
