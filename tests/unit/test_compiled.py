@@ -629,6 +629,49 @@ def test_gemvs_on_views_across_lines_give_way_to_one_gemv_where_the_matrix_lies(
     assert all(r.startswith("compiled: ttgt") and "(packs B;" in r for r in routes[:3]), routes
 
 
+def _contiguous_lowering(dt: Datatype, shape: tuple[str, str, str],
+                         ext: dict[str, int]) -> lowering.Lowered | None:
+    """The lowering of ``shape`` over contiguous operands of ``ext``, C its own."""
+    def operand(labels: str) -> tuple[Datatype, tuple[int, ...], tuple[int, ...], str, int]:
+        extents = tuple(ext[x] for x in labels)
+        strides = tuple(int(np.prod(extents[i + 1:])) for i in range(len(extents)))
+        return (dt, extents, strides, labels, 0)
+
+    return lowering.lower(build_spec(a=operand(shape[0]), b=operand(shape[1]),
+                                     c=operand(shape[2]), d=operand(shape[2]),
+                                     prec=Prectype.DEFAULT))
+
+
+def test_thousands_of_tiny_gemvs_give_way_to_blocks_that_read_short_runs() -> None:
+    """``mhjq,jhct->jtmqc`` (F64, 820 MFlop) maps to 158760 GEMVs of 47 x 55 on views; TTGT
+    packs A in blocks whose lead label j reads runs of 376 bytes, priced at TILE_SOURCE_RUN /
+    376 times a copy's time, still far below the calls: TTGT. ``abt,tnjb->ajbn`` (C64), whose
+    blocks would read runs of 8 bytes (one number), keeps its GEMVs on views."""
+    ext = {"j": 9, "q": 47, "m": 42, "c": 35, "t": 12, "h": 55}
+    low = _contiguous_lowering(Datatype.F64, ("mhjq", "jhct", "jtmqc"), ext)
+    assert low is not None and low.kind is lowering.Step.TTGT and low.pack is not None, low
+    runs = [abs(lead[1]) for lead in low.pack.block_lead]
+    assert runs and min(runs) < lowering.TILE_SOURCE_RUN, low.pack
+    ext = {"b": 24, "a": 24, "j": 93, "n": 122, "t": 56}
+    low = _contiguous_lowering(Datatype.C32, ("abt", "tnjb", "ajbn"), ext)
+    assert low is not None and "gemms on strided views" in low.description, low.description
+
+
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_blocks_whose_lead_reads_short_runs_match_numpy(dt: Datatype) -> None:
+    """The TTGT of the test above at a small size (boxes made small): D right under each
+    variant, the blocks' lead label reading A in runs of 12 numbers."""
+    ext = {"j": 3, "q": 12, "m": 10, "c": 9, "t": 4, "h": 14}
+    cases = [("none", "----", {}), ("own", "----", {"C": "neg"}), ("d", "--c-", {}),
+             ("own", "cc--", {}), ("nan", "-c-c", {})]
+    with _lowering(VIEWS_TO_TTGT_MAX_FLOPS=0, TILE_FROM_BYTES=0, TILE_T_BYTES=4096,
+                   TILE_MIN_ROWS=2):
+        low = _contiguous_lowering(dt, ("mhjq", "jhct", "jtmqc"), ext)
+        assert low is not None and low.pack is not None and low.pack.block_lead, low
+        routes = _variants(dt, ("mhjq", "jhct", "jtmqc"), ext, cases)
+    assert all("in blocks of" in r for r in routes[:3]), routes
+
+
 @pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
 def test_a_gemm_writing_d_runs_in_slabs_of_its_rows(dt: Datatype) -> None:
     """``fcr,fuy->uyrc``: T (512 x 400) lies as D; as 32 GEMMs of 16 of its rows, each slab of

@@ -1393,16 +1393,23 @@ def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item
         runs = _ttgt_runs(spec, out, item)
         if runs is None and _gemm_flops(spec) > TTGT_MAX_FLOPS:
             runs = _ttgt(spec, out, item)  # what the backend's plan runs at this size
-        # (blocks one index of whose lead labels read the thick operand in short runs lose to
-        # the views: dom,nod->dnm, 336 GEMMs, B 47 MB along d, 33.9 ms against 13.4)
-        if runs is None or any(abs(lead[1]) < TILE_SOURCE_RUN for lead in runs[1].block_lead):
+        if runs is None:
             return False
+        # blocks one index of whose lead labels read the thick operand in runs shorter than
+        # TILE_SOURCE_RUN bytes pack that much slower (dom,nod->dnm, B 47 MB along d, lost to
+        # its views 33.9 ms against 13.4, when such blocks were priced as a copy, and 31
+        # products of seeds 0-11999 whose views are thousands of tiny GEMVs gained 1.7-18x,
+        # geometric mean 3.3x, when they stopped being refused outright: mhjq,jhct->jtmqc,
+        # F64, 158760 GEMVs of 47 x 55, 45 -> 12 ms; leads of 8 bytes still lost, 0.8x)
+        run = min((abs(lead[1]) for lead in runs[1].block_lead), default=TILE_SOURCE_RUN)
+        slow = max(1.0, TILE_SOURCE_RUN / max(run, 1))
         step, pack = runs
     else:
         step, pack = _ttgt(spec, out, item)
+        slow = 1.0
     model, cplx = MachineModel(), spec.rule.is_complex
     ttgt = ttgt_seconds(step.m, step.n, step.k, prod(step.batch_extents),
-                        pack.bytes_a + pack.bytes_b, pack.bytes_t, model, cplx)
+                        round((pack.bytes_a + pack.bytes_b) * slow), pack.bytes_t, model, cplx)
     return ttgt < view_gemm_seconds(g.m, g.n, g.k, g.calls, model, cplx)
 
 
