@@ -927,6 +927,12 @@ static void copy_order(const Nest *n, Nest *m) {
  * chunks of 481 numbers: 2.1 -> 2.4 ms; lixk summing i, 76 bytes that became 4.4 KB: 6.5 ->
  * 2.4 ms). */
 #define PACK_ROW_SHORT 128
+/* Rows of at most PACK_ROW_LANES_MAX real numbers, contiguous, whose innermost summed label
+ * has PACK_ROW_LANES_TERMS terms or more, sum four rows of terms at a time into four sums per
+ * element: adding each row into the same sums waits on the last addition's store
+ * (hmnujo,ohyu->mnyu summing j, rows of 6 F32 under 92 terms, 58 MB: 4.7 -> 2.5 ms). */
+#define PACK_ROW_LANES_MAX 64
+#define PACK_ROW_LANES_TERMS 32
 
 /* The label a pack that sums labels sums by rows, or -1: the kept one the source runs along
  * fastest, where it does so faster than along every summed label. Each row of the destination
@@ -1110,6 +1116,7 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
             const npy_intp e2 = r2_ >= 0 ? n->ext[r2_] : 1, ds2 = r2_ >= 0 ? m_.st[1][r2_] : 0; \
             const npy_intp e = e1 * e2; /* a row: e elements s apart in the source */           \
             const npy_intp chunk = r2_ >= 0 ? PACK_ROW_CHUNK / e1 * e1 : PACK_ROW_CHUNK;        \
+            const npy_intp et = n->ext[nl - 1], st_ = n->st[0][nl - 1]; /* the last summed */  \
             m_.ext[r_] = 1;                                                                     \
             if (r2_ >= 0) m_.ext[r2_] = 1;                                                      \
             rows_by_source(&m_);                                                                \
@@ -1122,6 +1129,32 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
                     for (int l_ = nout; l_ < nl; ++l_) jdx[l_] = 0;                             \
                     npy_intp q[1] = {o[0] + i0 * s};                                            \
                     int inner_done = 0;                                                         \
+                    if (!CPLX && s == z && len <= PACK_ROW_LANES_MAX &&                         \
+                        et >= PACK_ROW_LANES_TERMS) { /* (see PACK_ROW_LANES_MAX) */            \
+                        T p1[PACK_ROW_LANES_MAX], p2[PACK_ROW_LANES_MAX];                       \
+                        T p3[PACK_ROW_LANES_MAX];                                               \
+                        for (npy_intp i = 0; i < len; ++i) p1[i] = p2[i] = p3[i] = 0;           \
+                        while (!inner_done) { /* the innermost summed label a plain loop */    \
+                            const char *x = src + q[0];                                         \
+                            npy_intp t_ = 0;                                                    \
+                            for (; t_ + 4 <= et; t_ += 4) {                                     \
+                                const T *v0 = (const T *)(x + t_ * st_);                        \
+                                const T *v1 = (const T *)(x + (t_ + 1) * st_);                  \
+                                const T *v2 = (const T *)(x + (t_ + 2) * st_);                  \
+                                const T *v3 = (const T *)(x + (t_ + 3) * st_);                  \
+                                for (npy_intp i = 0; i < len; ++i) {                            \
+                                    buf[i] += v0[i], p1[i] += v1[i];                            \
+                                    p2[i] += v2[i], p3[i] += v3[i];                             \
+                                }                                                               \
+                            }                                                                   \
+                            for (; t_ < et; ++t_) {                                             \
+                                const T *v = (const T *)(x + t_ * st_);                         \
+                                for (npy_intp i = 0; i < len; ++i) buf[i] += v[i];              \
+                            }                                                                   \
+                            ODOMETER_STEP(&m_, jdx, nout, nl - 1, q, 1, inner_done);            \
+                        }                                                                       \
+                        for (npy_intp i = 0; i < len; ++i) buf[i] += (p1[i] + p2[i]) + p3[i];   \
+                    }                                                                           \
                     while (!inner_done) {                                                       \
                         const char *x = src + q[0];                                             \
                         if (CPLX) {                                                             \

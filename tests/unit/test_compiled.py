@@ -845,6 +845,20 @@ def test_a_shared_pack_sums_its_innermost_isolated_label_by_rows(dt: Datatype,
     assert all("ttgt" in r and "packs A" in r for r in routes), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+@pytest.mark.parametrize("terms", [37, 9])
+def test_a_pack_sums_short_rows_of_many_terms_four_rows_at_a_time(dt: Datatype,
+                                                                  terms: int) -> None:
+    """``xkjo,oy->xy`` summing k and j (A's isolated labels) while packing A by rows of o (6
+    numbers, contiguous): with 37 terms of j under each row, four rows of terms go into four
+    sums at a time (real types), the odometer stepping k; with 9, one row at a time. D right
+    with C its own, conjugated, A reversed, and without C."""
+    ext = {"x": 40, "k": 3, "j": terms, "o": 6, "y": 24}
+    routes = _variants(dt, ("xkjo", "oy", "xy"), ext, [
+        ("none", "----", {}), ("own", "c---", {"A": "sub_neg"}), ("own", "-c-c", {})])
+    assert all("ttgt" in r and "packs A" in r for r in routes), routes
+
+
 def test_transpositions_across_more_pages_than_the_tlb_run_in_blocks() -> None:
     """A 6000^2 F64 transposition (a page per element of B's row) runs in blocks of B packed in
     D's order; a 1000^2 one, whose lines and pages stay cached, as a plain nest."""
