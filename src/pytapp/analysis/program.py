@@ -450,7 +450,7 @@ class StreamStep:
       and innermost in D; no copies to zero and add up).
 
     ``extents`` are the pass's labels, outermost first, ``strides`` M's, V's (packed) and D's
-    (T's in mode 2) byte strides per label (0 where one lacks it).
+    (T's in modes 2 and 3) byte strides per label (0 where one lacks it).
     """
 
     swap: bool
@@ -1152,13 +1152,13 @@ def _stream(spec: ContractionSpec, out: Sequence[Label], item: int, views: bool
     d_order = [x for x in sorted(m_st, key=lambda x: -abs(m_st[x])) if x in d_st]
     d_bytes = prod(ext(x) for x in d_order) * item
     order, mode = _pass_order(m_st, d_st, d_bytes, ext, item)
-    v_labels = set(vec.modes.labels)
     t_st = dict(zip(d_order, _contiguous([ext(x) for x in d_order], item), strict=True))
     private = mode == 2
     if private:  # the pass adds into T, laid out as M holds D's labels
         d_st = t_st
         if order[0] in t_st and t_st[order[0]] >= STREAM_SPLIT_LINE:
             mode = 3  # M's outermost label one of T's: the workers share one T out along it
+    v_labels = set(vec.modes.labels)
     shared = [x for x in order if x in v_labels]
     if not any(ext(x) > 1 for x in viso):
         shared = _stream_spread(order, shared, m_st, d_st, ext, item, mat.size * item)
