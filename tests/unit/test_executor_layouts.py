@@ -483,3 +483,25 @@ def test_batched_gemms_on_views_loop_in_the_order_that_fetches_fewest_lines(
         assert old.batch_b[-1] != 0 and new.batch_b[-1] == 0
     else:  # B moves by less than a slice's run
         assert 0 < new.batch_b[-1] < old.batch_b[-1]
+
+
+@compiled_only
+def test_boxes_holding_a_whole_batch_take_fewer_rows_where_a_box_would_outgrow_its_bytes(
+        ) -> None:
+    """``xhfr,crx->hcfx``: D runs along the batch label x (its fastest), so each box of T holds
+    every GEMM of the batch; 70 rows of each of 50 would make a box of 2.8 MB, so it takes one
+    index of h (15 rows of each: 606 KB), where it had run as 75750 GEMVs on views. With k
+    more than TILE_BATCH_K_ROWS times the rows left, the box is not cut (each GEMM packs its
+    other operand again per box)."""
+    from pytapp.analysis import program as lowering
+
+    equation, shapes = "xhfr,crx->hcfx", ((50, 55, 15, 35), (101, 35, 50))
+    a, b, d = _operands(equation, shapes, np.float64, 71)
+    c = _ints(d.shape, np.float64, 73)
+    _run_checked(equation, a, b, c, d, "the whole batch's")
+    pack = lowering.lower(_product(a, "xhfr", b, "crx", d, "hcfx").spec).pack
+    assert pack.block_gemms == 50 and pack.bytes_t <= lowering.TILE_BATCH_BYTES
+    long_k = _product(np.zeros((50, 55, 15, 70)), "xhfr", np.zeros((101, 70, 50)), "crx", d,
+                      "hcfx")
+    low = lowering.lower(long_k.spec)
+    assert low is None or low.pack is None or low.pack.block_gemms == 1, low

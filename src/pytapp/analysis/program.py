@@ -243,7 +243,16 @@ TILE_SOURCE_RUN = 1024
 #: boxes reading A's lines one element each, took 6.0 ms against 2.6 with T whole). Of 1400
 #: seeded products (seeds 0-700, sizes 1 and 1.4) two qualify: ``xmtqspf,kyqxp->kpsymf``
 #: (F64, 19 GEMMs) 16.4 -> 11.4 ms, ``btdml,qlgrmt->gbdrqt`` (F32, 7) 8.2 -> 5.2 ms.
+#: Where the rows a box would take make it larger, it takes fewer (one index of the label cut,
+#: at least), down to k / TILE_BATCH_K_ROWS rows of each GEMM (each box's GEMMs pack their
+#: other operands again): ``xhfr,crx->hcfx`` (F64, 50 GEMMs of 101 x 825 x 35 into a 33 MB T,
+#: D running along x) had run as 75750 GEMVs on views, 33.0 ms, and runs in boxes of 15 rows
+#: of each GEMM, 12.6 ms (numpy.einsum 33.4). On the 33 products of seeds 0-11999 this
+#: changes (2-core Xeon, blas's plan with C, 7 interleaved rounds), 0.98-4.1x (geometric mean
+#: 2.0x); on 17 of seeds 12000-19999, not used to choose the bound, 0.99-2.85x (1.65x). Boxes
+#: of fewer rows lost to 0.53x (``ldrm,rclm->cdl``, 148 GEMMs of k = 234, 7 rows a box).
 TILE_BATCH_BYTES = 1 << 20
+TILE_BATCH_K_ROWS = 4
 #: Fewest rows, columns and inner extent of TTGT's GEMMs: GEMV-like (one row or column) and
 #: outer products (nothing summed) stay with the backend's kernels, which read in place; a
 #: narrow GEMM (5 columns, say) is still faster packed here than by the backend in Python.
@@ -1068,13 +1077,18 @@ def _batch_boxes(in_d: Sequence[Label], gemms: int, cols: int, k: int, item: int
     """Boxes of T's rows (``in_d``) with a batch of ``gemms`` GEMMs inside each, or ``None``.
 
     As :func:`_row_blocks` (``cols`` one GEMM's row length), where every box holds each GEMM's
-    rows of it (see :data:`TILE_BATCH_BYTES`); ``thick`` is the operand the rows come from.
+    rows of it, cut to fewer rows where it would hold more than TILE_BATCH_BYTES (see
+    :data:`TILE_BATCH_BYTES`); ``thick`` is the operand the rows come from.
     """
     ext = spec.extent
     tiles = _row_blocks([ext(x) for x in in_d], gemms * cols, k, item)
     if tiles is None:
         return None
     cut, block, unit, _ = tiles
+    fit = TILE_BATCH_BYTES // max(gemms * unit * cols * item, 1)
+    if 1 <= fit < block and fit * unit * TILE_BATCH_K_ROWS >= k:  # fewer rows, not none
+        block = fit
+        tiles = (cut, block, unit, block * unit * k * item)
     above = [x for x in in_d[:cut] if ext(x) > 1]
     def run(op: OperandSpec) -> int:
         """Bytes of ``op`` a box reads or writes in one run: `block` indices of the cut."""
