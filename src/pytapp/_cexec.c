@@ -2192,7 +2192,7 @@ static int read_stream_nest(PyObject *ext, PyObject *sm, PyObject *sv, PyObject 
     npy_intp tmp[MAXL];
     int count, nl;
     if (read_intps(ext, tmp, STREAM_MAXL, &nl, "stream extents")) return -1;
-    n->nl = nl;
+    n->nl = nl, n->own = 0;
     for (int l = 0; l < nl; ++l) n->ext[l] = tmp[l], n->sv[l] = 0;
     int64_t *dst[3] = {n->sm, n->sv, n->sd};
     PyObject *src[3] = {sm, sv, sd};
@@ -2210,15 +2210,16 @@ static int read_stream_nest(PyObject *ext, PyObject *sm, PyObject *sv, PyObject 
 
 /* (swap, V's packing nest, its bytes, mode, T's strides and bytes, extents, M, V and D byte
  * strides, then V's walk: extents, V's and the pack's byte strides, empty where V is packed
- * by the nest, whether the walk's buffer is permuted into the pack, and the walk's mode) of a
- * STREAM step. */
+ * by the nest, whether the walk's buffer is permuted into the pack, and the walk's mode; then
+ * the first label of the block M sums its own labels in first, 0 for none) of a STREAM step. */
 static int read_stream(PyObject *t, Program *p) {
     PyObject *pack, *tst, *ext, *sm, *sv, *sd, *wext, *wsrc, *wdst;
     long long bytes, bytes_t;
     int count;
-    if (!PyArg_ParseTuple(t, "iOLiOLOOOOOOOii", &p->swap, &pack, &bytes, &p->stream_mode, &tst,
+    int own;
+    if (!PyArg_ParseTuple(t, "iOLiOLOOOOOOOiii", &p->swap, &pack, &bytes, &p->stream_mode, &tst,
                           &bytes_t, &ext, &sm, &sv, &sd, &wext, &wsrc, &wdst, &p->v_permute,
-                          &p->v_mode) ||
+                          &p->v_mode, &own) ||
         read_nest(pack, &p->spack) || read_intps(tst, p->tst, MAXL, &count, "T strides") ||
         read_stream_nest(ext, sm, sv, sd, &p->stream) ||
         read_stream_nest(wext, wsrc, NULL, wdst, &p->vsum))
@@ -2230,9 +2231,11 @@ static int read_stream(PyObject *t, Program *p) {
     p->bytes_v = bytes;
     p->bytes_t = bytes_t;
     p->v_reduce = p->vsum.nl > 0;
+    p->stream.own = own;
     if (p->stream.nl < 1 || (p->v_reduce && !bytes) || (p->v_permute && !p->v_reduce) ||
-        p->v_mode < 0 || p->v_mode > 2) {
-        PyErr_SetString(PyExc_ValueError, "stream: at least one label; V's walk needs a pack");
+        p->v_mode < 0 || p->v_mode > 2 || own < 0 || own >= p->stream.nl) {
+        PyErr_SetString(PyExc_ValueError,
+                        "stream: at least one label; V's walk needs a pack; own inside the nest");
         return -1;
     }
     return 0;

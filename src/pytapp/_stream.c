@@ -12,6 +12,8 @@
 #include "_stream.h"
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Terms per block of a dot: each block's eight running sums go into the dot's total. */
 #define STREAM_DOT_BLOCK 2048
@@ -438,12 +440,9 @@ REAL_STREAM(f64, double, f64x2)
 COMPLEX_STREAM(c64, float)
 COMPLEX_STREAM(c128, double)
 
-void stream_accumulate(int dt, const StreamNest *n, int64_t start, int64_t stop, const char *M,
-                       const char *V, char *D, const double alpha[2], int conj_m) {
-    if (n->nl < 1 || start >= stop) return;
-    for (int l = 1; l < n->nl; ++l)
-        if (n->ext[l] < 1) return;
-    const double cs = conj_m ? -1.0 : 1.0;
+/* The pass over a nest without `own` labels (see stream_accumulate). */
+static void stream_run(int dt, const StreamNest *n, int64_t start, int64_t stop, const char *M,
+                       const char *V, char *D, const double alpha[2], double cs) {
     switch (dt) {
         case 0: stream_f32(n, start, stop, M, V, D, (float)alpha[0]); break;
         case 1: stream_f64(n, start, stop, M, V, D, alpha[0]); break;
@@ -452,4 +451,80 @@ void stream_accumulate(int dt, const StreamNest *n, int64_t start, int64_t stop,
             break;
         default: stream_c128(n, start, stop, M, V, D, alpha[0], alpha[1], cs); break;
     }
+}
+
+/* Neighbouring labels whose three strides run on from each other as one label. */
+static void stream_coalesce(StreamNest *n) {
+    int k = 0;
+    for (int l = 1; l < n->nl; ++l) {
+        const int64_t e = n->ext[l];
+        if (n->sm[k] == n->sm[l] * e && n->sv[k] == n->sv[l] * e && n->sd[k] == n->sd[l] * e) {
+            n->ext[k] *= e, n->sm[k] = n->sm[l], n->sv[k] = n->sv[l], n->sd[k] = n->sd[l];
+        } else {
+            ++k;
+            n->ext[k] = e, n->sm[k] = n->sm[l], n->sv[k] = n->sv[l], n->sd[k] = n->sd[l];
+        }
+    }
+    n->nl = n->nl ? k + 1 : 0;
+}
+
+/* Labels M sums on its own (V's and D's strides 0) outside others: each product of the labels
+ * inside them was made once per index of theirs (riedysa,rae->ysi, F32, 56 MB: 13 dots of 6
+ * numbers into each element of D against one run of V, 2.85 ms; summed first, 1.67). For each
+ * index of the labels outside the block (from n->own), M's block is summed over them into a
+ * zeroed buffer S (the block's other labels, laid out in M's order: one walk of M's block in
+ * its memory order, adding each number in), and the nest's other labels stream S as they
+ * would have streamed M, once. Which nests do so: analysis.program._own_block. */
+static void stream_own(int dt, const StreamNest *n, int64_t start, int64_t stop, const char *M,
+                       const char *V, char *D, const double alpha[2], double cs) {
+    static const double one[2] = {1.0, 0.0};
+    static const float onef[2] = {1.0f, 0.0f};
+    const int b = n->own, nl = n->nl;
+    const int64_t z = dt == 0 ? 4 : dt == 3 ? 16 : 8;
+    StreamNest walk, inner;
+    walk.nl = nl - b, walk.own = 0, inner.nl = 0, inner.own = 0;
+    int64_t bytes = z;
+    for (int l = nl - 1; l >= b; --l) { /* S's strides, innermost first */
+        const int mine = n->sv[l] == 0 && n->sd[l] == 0;
+        walk.ext[l - b] = n->ext[l], walk.sm[l - b] = n->sm[l], walk.sv[l - b] = 0;
+        walk.sd[l - b] = mine ? 0 : bytes;
+        if (!mine) bytes *= n->ext[l];
+    }
+    for (int l = b; l < nl; ++l) {
+        if (walk.sd[l - b] == 0) continue;
+        const int i = inner.nl++;
+        inner.ext[i] = n->ext[l], inner.sm[i] = walk.sd[l - b];
+        inner.sv[i] = n->sv[l], inner.sd[i] = n->sd[l];
+    }
+    stream_coalesce(&walk);
+    stream_coalesce(&inner);
+    char *S = inner.nl ? malloc((size_t)bytes) : NULL;
+    if (!S) { /* the nest as it is */
+        StreamNest plain = *n;
+        plain.own = 0;
+        stream_run(dt, &plain, start, stop, M, V, D, alpha, cs);
+        return;
+    }
+    const char *unit = dt == 0 || dt == 2 ? (const char *)onef : (const char *)one;
+    int64_t idx[STREAM_MAXL] = {0};
+    idx[0] = start;
+    int64_t o[3] = {start * n->sm[0], start * n->sv[0], start * n->sd[0]};
+    do {
+        memset(S, 0, (size_t)bytes);
+        stream_run(dt, &walk, 0, walk.ext[0], M + o[0], unit, S, one, 1.0);
+        stream_run(dt, &inner, 0, inner.ext[0], S, V + o[1], D + o[2], alpha, cs);
+    } while (!stream_step(n, b, idx, stop, o));
+    free(S);
+}
+
+void stream_accumulate(int dt, const StreamNest *n, int64_t start, int64_t stop, const char *M,
+                       const char *V, char *D, const double alpha[2], int conj_m) {
+    if (n->nl < 1 || start >= stop) return;
+    for (int l = 1; l < n->nl; ++l)
+        if (n->ext[l] < 1) return;
+    const double cs = conj_m ? -1.0 : 1.0;
+    if (n->own > 0 && n->own < n->nl)
+        stream_own(dt, n, start, stop, M, V, D, alpha, cs);
+    else
+        stream_run(dt, n, start, stop, M, V, D, alpha, cs);
 }

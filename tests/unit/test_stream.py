@@ -64,6 +64,14 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     # no label of D outermost in M, D too large for copies: t (runs of 792 numbers under it
     # in M) moved outermost and shared out
     "moved_outer": ("hmtfc,ht->tcfm", {"h": 9, "m": 21, "t": 20, "f": 36, "c": 22}),
+    # d, a label of M's own, outside D's rows (y, s) of dots of 6 (a): M's block summed over d
+    # first, per index of r, i and e, into each worker's T; then (i outermost) into one T
+    "own_block_dots": ("riedysa,rae->ysi", {"r": 6, "i": 6, "e": 4, "d": 8, "y": 8, "s": 9,
+                                            "a": 6}),
+    "own_block_shared": ("iredysa,rae->ysi", {"r": 6, "i": 6, "e": 4, "d": 8, "y": 8, "s": 9,
+                                              "a": 6}),
+    # w, a label of M's own, outside dots (b) of rows of D (p): the block summed over w first
+    "own_block_rows": ("uqwbp,buq->p", {"u": 12, "q": 5, "w": 30, "b": 9, "p": 8}),
 }
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -163,14 +171,16 @@ def test_cases_cover_every_way_of_running() -> None:
 @pytest.mark.parametrize("ops", ["", "A", "B", "C", "D", "AB", "AD", "BCD", "ABCD"])
 @pytest.mark.parametrize("name", ["interleaved", "m_is_b", "walk_permuted", "one_thread",
                                   "batch_under_sum", "batch_under_sum_into_d", "repeated_run",
-                                  "repeated_run_into_d"])
+                                  "repeated_run_into_d", "own_block_dots", "own_block_shared",
+                                  "own_block_rows"])
 def test_conjugations(name: str, ops: str) -> None:
     equation, ext = CASES[name]
     for dtype in (np.complex64, np.complex128):
         _check(equation, ext, dtype, ops=ops)
 
 
-@pytest.mark.parametrize("name", ["interleaved", "rows", "m_is_b", "walk_permuted"])
+@pytest.mark.parametrize("name", ["interleaved", "rows", "m_is_b", "walk_permuted",
+                                  "own_block_dots"])
 def test_strided_views_and_c_in_d(name: str) -> None:
     equation, ext = CASES[name]
     for dtype in DTYPES:
@@ -268,3 +278,28 @@ def test_a_label_of_d_under_which_m_runs_a_kilobyte_is_shared_out() -> None:
     equation, ext = CASES["moved_outer"]
     stream = _check(equation, ext, np.float32)
     assert stream.mode == 1 and stream.extents[0] == ext["t"], stream
+
+
+@pytest.mark.parametrize("name", ["own_block_dots", "own_block_shared", "own_block_rows"])
+def test_labels_m_sums_on_its_own_outside_short_runs_are_summed_first(name: str) -> None:
+    """A label of M's own (``d``, ``w``) outside short dots or rows: the stream sums M's block
+    over it into a buffer first (``own``: the block's first label, after the one the workers
+    share out), which its short runs then stream once (results checked by ``_check``)."""
+    equation, ext = CASES[name]
+    la, _, ld = _labels(equation)
+    own = next(x for x in la if x not in ld and x not in _labels(equation)[1])
+    for dtype in (np.float32, np.float64, np.complex64):
+        stream = _check(equation, ext, dtype)
+        assert stream.own >= 1, stream
+        first = stream.own
+        kept = [e for e, sv, sd in zip(stream.extents[first:], stream.strides[1][first:],
+                                       stream.strides[2][first:], strict=True) if sv or sd]
+        assert stream.bytes_own == np.dtype(dtype).itemsize * int(np.prod(kept))
+        assert ext[own] in stream.extents[stream.own:-1]
+
+
+def test_long_runs_under_labels_of_m_s_own_stream_as_they_are() -> None:
+    """Dots of 520 under a label of M's own already stream at the rate of reading M: no
+    block is summed first."""
+    stream = _check("kxlcd,dc->lk", {"k": 13, "x": 6, "l": 6, "c": 20, "d": 26}, np.float32)
+    assert stream.own == 0 and stream.bytes_own == 0, stream
