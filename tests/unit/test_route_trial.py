@@ -198,3 +198,50 @@ def test_gemvs_on_views_in_long_rows_are_tried_against_one_gemv() -> None:
             break
     assert auto.compiled_program is not None, "the trial never settled"
     assert any("ttgt" in s for s in seen) and any("views" in s for s in seen), seen
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_a_large_ttgt_into_a_small_d_is_tried_the_other_way_round(dtype: type) -> None:
+    """``wml,xmw->lx``: one thin GEMM of 16 x 128 x 4800 (A packed), D of 2048 numbers. TTGT
+    follows D's layout (T = A B, D written in place where there is no C); the other
+    orientation (T^T = B^T A^T, stored into D) is the alternative an auto plan tries; both
+    exact on integers, whichever runs, and the trial settles."""
+    ext = {"w": 80, "m": 60, "l": 16, "x": 128}
+    rng = np.random.default_rng(7)
+
+    def ints(labels: str) -> np.ndarray:
+        shape = tuple(ext[x] for x in labels)
+        data = rng.integers(-3, 4, shape)
+        if np.issubdtype(dtype, np.complexfloating):
+            return (data + 1j * rng.integers(-3, 4, shape)).astype(dtype)
+        return data.astype(dtype)
+
+    a, b, c = ints("wml"), ints("xmw"), ints("lx")
+    wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
+    want = 2 * np.einsum("wml,xmw->lx", a.astype(wide), b.astype(wide)) - 3 * c
+
+    def plan(backend: str) -> TensorProduct:
+        return TensorProduct(Handle(backend), TensorInfo.from_array(a), "wml",
+                             TensorInfo.from_array(b), "xmw", TensorInfo.from_array(c), "lx",
+                             TensorInfo.from_array(c), "lx")
+
+    spec = plan("blas").spec
+    first, alt = program.lower(spec), program.alternative(spec)
+    assert first.kind is program.Step.TTGT and alt is not None and alt.kind is program.Step.TTGT
+    assert (alt.gemm.m, alt.gemm.n) == (first.gemm.n, first.gemm.m)
+    assert alt.gemm.swap != first.gemm.swap
+    with pytest.MonkeyPatch.context() as mp:  # a D this large against its operands: no trial
+        mp.setattr(program, "TTGT_FLIP_D_SHARE", (a.size + b.size) // c.size + 1)
+        program._lower.cache_clear()
+        assert program.alternative(spec) is None
+    program._lower.cache_clear()
+    auto = plan("auto")
+    seen = set()
+    for _ in range(40):
+        d = np.full(c.shape, np.nan, dtype)
+        seen.add(auto.execute(2, a, b, -3, c, d).algorithm)
+        np.testing.assert_array_equal(d, want)
+        if auto.compiled_program is not None:
+            break
+    assert auto.compiled_program is not None, "the trial never settled"
+    assert any("D^T" in s for s in seen) and any("D^T" not in s for s in seen), seen

@@ -154,6 +154,9 @@ TTGT_MAX_BYTES = 1 << 26
 #: 0.57x: 23 GEMMs with k = 24 into a 142 MB temporary). GEMMs on views of two sides above 1
 #: stay: priced so, they changed 0.27-4.0x.
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
+#: ... and above it, a TTGT whose D holds at most 1/TTGT_FLIP_D_SHARE of its operands' bytes
+#: is tried against the same TTGT with its GEMMs the other way round (:func:`_flipped`).
+TTGT_FLIP_D_SHARE = 8
 #: GEMVs on views that read each matrix in rows of at most this many bytes, the rows apart
 #: from one another (``ifj,i->jf``: 404 GEMVs, each 697 rows of 400 bytes 161 KB apart), give
 #: way to one GEMV over all of the thick operand's free labels, which reads it in order (TTGT
@@ -750,8 +753,13 @@ def _ttgt_shaped(spec: ContractionSpec) -> bool:
             and spec.size(cls.FA) * spec.size(cls.FB) >= TTGT_MIN_BLOCK)
 
 
-def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmStep, PackStep]:
-    """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards."""
+def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = False
+          ) -> tuple[GemmStep, PackStep]:
+    """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards.
+
+    ``flip``: the GEMMs in the other orientation than D's layout asks for (T^T where T, or T
+    where T^T; see :func:`alternative`).
+    """
     cls = spec.classes
     ext = spec.extent
 
@@ -776,7 +784,7 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int) -> tuple[GemmS
     # T along the free label D runs along soonest: whyno,fwrh->rfoyw, F32, 7.1 -> 2.6 ms.)
     d_st = dict(zip(spec.d.modes.labels, spec.d.modes.strides, strict=True))
     moving = [x for x in spec.d.modes.labels if ext(x) > 1 and x not in cls.H]
-    swap = bool(moving) and min(moving, key=lambda x: abs(d_st[x])) in cls.FA
+    swap = (bool(moving) and min(moving, key=lambda x: abs(d_st[x])) in cls.FA) != flip
     # T's columns (the store's innermost runs) go in D's order where D is at least as large as
     # the operand that holds them (its pack may then permute): whyno,fwrh->rfoyw 4.6 -> 2.8 ms,
     # qhuotrwg,qmhow->mguto (F32) 33.6 -> 20.8; on 100 other seeded TTGT products 0.92-1.10x
@@ -1352,17 +1360,17 @@ def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> 
 
 
 def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: bool = False,
-               priced: bool = True) -> tuple[GemmStep, PackStep] | None:
+               priced: bool = True, flip: bool = False) -> tuple[GemmStep, PackStep] | None:
     """Return TTGT's GEMM and packing where the executor runs them for ``spec``.
 
     ``None`` where it does not: the backend's plan runs the product. ``gemv``: the GEMV of
     :func:`_one_gemv` (a side of 1; chosen over the GEMVs on views by their layout, not priced).
     ``priced=False``: whatever the cost model says of the GEMMs on views (the alternative a
-    plan tries, :func:`alternative`).
+    plan tries, :func:`alternative`). ``flip``: the GEMMs in the other orientation.
     """
     if not _gemm_sized(spec, gemv):
         return None
-    step, pack = _ttgt(spec, out, item)
+    step, pack = _ttgt(spec, out, item, flip)
     flops = _gemm_flops(spec)
     slabs = _slabs(spec, step, pack, item)
     if slabs is not None:
@@ -1503,19 +1511,19 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
 
 
 def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
-    """Return TTGT where :func:`lower` runs GEMMs on views the cost model cannot weigh.
+    """Return another route where :func:`lower`'s is one the cost model cannot weigh.
 
-    Above :data:`VIEWS_TO_TTGT_MAX_FLOPS`, GEMMs on views with both sides above 1 stay as
-    they are, unpriced: a TTGT the executor runs ran 0.32-7.7x their speed on 104 seeded
-    products (2-core Xeon; 1.32x in geometric mean, 18 below 0.95x; on a 2-core EPYC 1.08x,
-    19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads
-    or packs, the thinness of TTGT's GEMM) told the two groups apart. So do GEMVs on views
-    that scatter their matrix in rows longer than :data:`GEMV_SCATTER_RUN` bytes, against one
-    GEMV reading it in order (``ofqx,of->xq``, C64, 21 GEMVs in rows of 600 bytes: 5.6 ms
-    against 2.4; at 632 bytes and more one GEMV had run 0.76-1.27x their speed). A plan may
-    try both on the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`).
-    ``None`` where ``lower`` chose anything else, or where the executor runs no TTGT of
-    ``spec``.
+    That is TTGT against GEMMs on views, or a large TTGT into a small D the other way round
+    (:func:`_flipped`). Above :data:`VIEWS_TO_TTGT_MAX_FLOPS`, GEMMs on views with both sides
+    above 1 stay as they are, unpriced: a TTGT the executor runs ran 0.32-7.7x their speed on
+    104 seeded products (2-core Xeon; 1.32x in geometric mean, 18 below 0.95x; on a 2-core EPYC
+    1.08x, 19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads or
+    packs, the thinness of TTGT's GEMM) told the two groups apart. So do GEMVs on views that
+    scatter their matrix in rows longer than :data:`GEMV_SCATTER_RUN` bytes, against one GEMV
+    reading it in order (``ofqx,of->xq``, C64, 21 GEMVs in rows of 600 bytes: 5.6 ms against
+    2.4; at 632 bytes and more one GEMV had run 0.76-1.27x their speed). A plan may try both on
+    the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where
+    ``lower`` chose anything else, or where the executor runs no such TTGT of ``spec``.
 
     Examples
     --------
@@ -1533,9 +1541,36 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     ('GEMM', 'TTGT')
     """
     first = _lower(spec, gemm)
-    if first is None or first.kind is not Step.GEMM:
+    if first is None:
+        return None
+    if first.kind is Step.TTGT:
+        return _flipped(spec, first, gemm)
+    if first.kind is not Step.GEMM:
         return None
     return _lower(spec, gemm, True)
+
+
+def _flipped(spec: ContractionSpec, first: Lowered, gemm: bool) -> Lowered | None:
+    """Return TTGT ``first`` with its GEMMs the other way round, where D's store is small.
+
+    TTGT's orientation follows D's layout (T runs along D, so that its store streams, or the
+    GEMMs write D), but where D is small next to the operands the store costs little and the
+    BLAS's speed in each orientation decides; that differs by several times and no rule tells
+    which: ``wml,xmw->lx`` (F32, a GEMM of 32 x 292 x 44885, D 37 KB) 12.1 ms as D's layout
+    asks, 8.2 the other way round; on 80 of the 2203 seeded TTGT products of seeds 0-11999
+    above VIEWS_TO_TTGT_MAX_FLOPS whose D holds at most 1/TTGT_FLIP_D_SHARE of the operands'
+    bytes, the other way ran 0.43-1.60x (F32 0.71-1.55x, F64 0.75-1.39x), 23 faster by more
+    than 10%: the best of the two 1.086x in geometric mean. A plan tries both on its calls
+    (auto against blas, which does not, on 40 of them in the bench's harness: 1.074x, 0.78-1.54x;
+    the trial's few calls, interleaved with other libraries', picked the slower four times).
+    """
+    step = first.gemm
+    if (step is None or step.m == 1 or step.n == 1 or step.summed
+            or _gemm_flops(spec) <= VIEWS_TO_TTGT_MAX_FLOPS
+            or spec.d.size * TTGT_FLIP_D_SHARE > spec.a.size + spec.b.size):
+        return None
+    other = _lower(spec, gemm, flip=True)
+    return other if other is not None and other.gemm != step else None
 
 
 def _unpriced_views(spec: ContractionSpec, g: ViewGemm) -> bool:
@@ -1841,8 +1876,13 @@ def _planes(extents: Sequence[int], strides: Sequence[Sequence[int]],
 
 
 @functools.lru_cache(maxsize=512)
-def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | None:
-    """Lower ``spec`` (see :func:`lower`); ``ttgt``: TTGT in place of unpriced GEMMs on views."""
+def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = False
+           ) -> Lowered | None:
+    """Lower ``spec`` (see :func:`lower`).
+
+    ``ttgt``: TTGT in place of unpriced GEMMs on views; ``flip``: a TTGT's GEMMs in the other
+    orientation (``None`` where it runs no TTGT).
+    """
     dt = _uniform(spec)
     if dt is None:
         return None
@@ -1951,8 +1991,10 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | N
     elif one_gemv is not None or (gemm and _gemm_sized(spec) and (
             _gemm_flops(spec) <= TTGT_MAX_FLOPS or _stores_blocks(_ttgt(spec, out, item)[1]))):
         kind = Step.TTGT
+        if flip and one_gemv is not None:
+            return None
         runs = one_gemv if one_gemv is not None else _ttgt_runs(spec, out, item,
-                                                                 priced=not ttgt)
+                                                                 priced=not ttgt, flip=flip)
         if runs is None:
             return None
         gemm_step, pack = runs
@@ -1979,7 +2021,7 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False) -> Lowered | N
         stream, kind, gemm_step = candidate, Step.STREAM, None
     else:
         return None
-    if ttgt and kind is not Step.TTGT:
+    if (ttgt or flip) and kind is not Step.TTGT:
         return None
     if stream is not None:
         description = (f"compiled: stream through {'B' if stream.swap else 'A'} "

@@ -3,7 +3,9 @@
 Above :data:`pytapp.analysis.program.VIEWS_TO_TTGT_MAX_FLOPS` the lowering keeps GEMMs on
 views that it does not price against TTGT (:func:`pytapp.analysis.program.alternative`: on
 104 seeded products, TTGT ran 0.32-7.7x their speed, and nothing the model knows told which),
-and GEMVs on views scattering their matrix in long rows against one GEMV (0.85-2.56x on 27).
+GEMVs on views scattering their matrix in long rows against one GEMV (0.85-2.56x on 27), and
+a large TTGT into a small D against its GEMMs the other way round (0.43-1.60x on 80: the
+BLAS's speed in each orientation, which differs by datatype and shape).
 A plan allowed to tune (``auto``, unless ``PYTAPP_AUTOTUNE=0``) compiles both and calls them
 through a :class:`RouteTrial`: the model's choice first, then the calls alternate
 (:class:`pytapp.wisdom.Trial`) until one wins, which every later call runs. No call is added:
