@@ -505,3 +505,22 @@ def test_boxes_holding_a_whole_batch_take_fewer_rows_where_a_box_would_outgrow_i
                       "hcfx")
     low = lowering.lower(long_k.spec)
     assert low is None or low.pack is None or low.pack.block_gemms == 1, low
+
+
+@compiled_only
+def test_a_ttgt_of_gigaflops_storing_a_whole_t_larger_than_its_store_bound_runs_compiled(
+        ) -> None:
+    """``tpcgr,wxtpz->zgcwrx`` (F32): one GEMM of 10000 x 420 x 348 (2.9 GFlop, above
+    TTGT_MAX_FLOPS) whose 16.8 MB T (above TTGT_STORE_MAX_BYTES) is stored into D, which
+    interleaves A's free labels with B's. The executor packs and stores it (within
+    TTGT_MAX_BYTES) where the backend's plan had run it over 25 slices."""
+    from pytapp.analysis import program as lowering
+
+    equation = "tpcgr,wxtpz->zgcwrx"
+    shapes = ((6, 58, 10, 25, 40), (6, 7, 6, 58, 10))
+    a, b, d = _operands(equation, shapes, np.float32, 81)
+    c = _ints(d.shape, np.float32, 83)
+    _run_checked(equation, a, b, c, d, "compiled: ttgt")
+    low = lowering.lower(_product(a, "tpcgr", b, "wxtpz", d, "zgcwrx").spec)
+    assert low.flops > lowering.TTGT_MAX_FLOPS
+    assert lowering.TTGT_STORE_MAX_BYTES < low.pack.bytes_t <= lowering.TTGT_MAX_BYTES

@@ -125,34 +125,42 @@ CACHE_LINE = 64
 BATCH_ORDER_MARGIN = 0.95
 BATCH_ORDER_BYTES = 1 << 23
 BATCH_ORDER_LABELS = 5
-#: Products without an in-place GEMM are packed (TTGT) by the executor up to this many flops
-#: and TTGT_MAX_BYTES of packs and temporary; larger ones run on the backend's plan (threaded
+#: Products without an in-place GEMM are packed (TTGT) by the executor up to TTGT_MAX_BYTES of
+#: packs and temporary, whatever their flops; larger ones run on the backend's plan (threaded
 #: copies, blocked TTGT and stores that keep memory low, reduce kernels), and so do batches of
 #: more than GEMM_BATCH_MAX_FLOPS that pack nothing (their GEMMs split across threads). With its
 #: packs and store split over the pool, the executor beat that plan on every other product
 #: measured from 16M to 900M flops (1.05-1.8x: ``ijab,kjcb->ikac`` at o=16, v=48 13.9 ->
-#: 13.2 ms, ``abcd,dbe->ace`` 32x32x16x24 0.95 -> 0.52 ms) and tied at 7 GFlop.
+#: 13.2 ms, ``abcd,dbe->ace`` 32x32x16x24 0.95 -> 0.52 ms) and tied at 7 GFlop. Above
+#: TTGT_MAX_FLOPS it had declined (unless T was stored block by block), and so it had where a
+#: whole T of more than TTGT_STORE_MAX_BYTES was stored into D: on 118 of the 794 products of
+#: seeds 0-11999 either bound had sent to the backend's plan, running them cost 1.22x less in
+#: geometric mean (0.73-3.1x, 9 below 0.95: thin GEMMs with long sums packed in blocks, and
+#: batches the backend splits across threads; ``tpcgr,wxtpz->zgcwrx``, F32, 2.9 GFlop and a
+#: 16.8 MB T: 28.8 -> 16.8 ms), the full suite's akic,bjkc->abij (14 GFlop) tied. TTGT_MAX_FLOPS
+#: now only says where the backend's plan runs TTGT itself when the executor does not (which
+#: GEMVs on views give way to, and which short rows of the loop nest do not take).
 TTGT_MAX_FLOPS = 1 << 30
 TTGT_MAX_BYTES = 1 << 26
 #: GEMMs on views give way to TTGT by the cost model only up to this many flops; above, where
-#: GEMMs on views exist, or where a temporary of more than TTGT_STORE_MAX_BYTES is stored into
-#: D (not written by the GEMMs), the backend's plan decides (its thin and blocked routes pack
-#: in blocks: ``abcj,ic->ijab`` at 48x40x16x24 with i = 96 took 4.7 ms there, 21.7 ms with a
-#: 35 MB temporary here). A thin GEMM packed in blocks (below) whose T would hold
-#: TTGT_STORE_MAX_BYTES or more stores each block's rows (columns) of T into D while in cache,
-#: from a buffer per worker, instead: no temporary as large as D (``mbsc,mstn->bctn``, F64, a
-#: 67 MB D: 14.0 -> 11.5 ms; ``ulkeq,uxe->qlxk``, F32, 17.6 MB: 9.7 -> 7.4 ms); below it the
-#: whole T, still in the last-level cache, stored faster (0.83-1.05x). Above it GEMVs on views
-#: (a side of 1: tens of thousands of calls, each reading its matrix in short runs) still give
-#: way to a TTGT the executor runs where the cost model prices it lower, unless that TTGT's
-#: blocks read the thick operand in runs shorter than TILE_SOURCE_RUN: on 44 seeded products
-#: this changes (seeds 0-1000, sizes 1 and 1.4; 2-core EPYC, blas's plan with C) 1.64x, from
-#: 0.59x (``cmabe,emd->bdacm``) to 4.0x (``qhfo,caxq->ocaxhf``); ``xl,lrwt->txrw`` (F32, 49728
-#: GEMVs of 42x56) 8.4 -> 3.3 ms. Above TTGT_MAX_FLOPS, where the backend's plan runs TTGT,
-#: GEMVs on views give way to it alike: 18 seeded products 1.61x, ``zl,lsa->zas`` (C128, 3550
-#: GEMVs) 242 -> 36 ms, ``bkp,be->epk`` 64 -> 29, one below 0.95x (``spot,trdxo->rspdxt``,
-#: 0.57x: 23 GEMMs with k = 24 into a 142 MB temporary). GEMMs on views of two sides above 1
-#: stay: priced so, they changed 0.27-4.0x.
+#: GEMMs on views exist, or where a temporary of more than TTGT_MAX_BYTES is stored into D (not
+#: written by the GEMMs), the backend's plan decides (its thin and blocked routes pack in
+#: blocks: ``abcj,ic->ijab`` at 48x40x16x24 with i = 96 took 4.7 ms there, 21.7 ms with a 35 MB
+#: temporary here, before the thin blocks). A thin GEMM packed in blocks (below) whose T would
+#: hold TTGT_STORE_MAX_BYTES or more stores each block's rows (columns) of T into D while in
+#: cache, from a buffer per worker, instead: no temporary as large as D (``mbsc,mstn->bctn``,
+#: F64, a 67 MB D: 14.0 -> 11.5 ms; ``ulkeq,uxe->qlxk``, F32, 17.6 MB: 9.7 -> 7.4 ms); below it
+#: the whole T, still in the last-level cache, stored faster (0.83-1.05x). Above it GEMVs on
+#: views (a side of 1: tens of thousands of calls, each reading its matrix in short runs) still
+#: give way to a TTGT the executor runs where the cost model prices it lower, unless that
+#: TTGT's blocks read the thick operand in runs shorter than TILE_SOURCE_RUN: on 44 seeded
+#: products this changes (seeds 0-1000, sizes 1 and 1.4; 2-core EPYC, blas's plan with C)
+#: 1.64x, from 0.59x (``cmabe,emd->bdacm``) to 4.0x (``qhfo,caxq->ocaxhf``); ``xl,lrwt->txrw``
+#: (F32, 49728 GEMVs of 42x56) 8.4 -> 3.3 ms. Above TTGT_MAX_FLOPS, where the backend's plan
+#: runs TTGT, GEMVs on views give way to it alike: 18 seeded products 1.61x, ``zl,lsa->zas``
+#: (C128, 3550 GEMVs) 242 -> 36 ms, ``bkp,be->epk`` 64 -> 29, one below 0.95x
+#: (``spot,trdxo->rspdxt``, 0.57x: 23 GEMMs with k = 24 into a 142 MB temporary). GEMMs on
+#: views of two sides above 1 stay: priced so, they changed 0.27-4.0x.
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
 #: ... and above it, a TTGT whose D holds at most 1/TTGT_FLIP_D_SHARE of its operands' bytes
 #: is tried against the same TTGT with its GEMMs the other way round (:func:`_flipped`).
@@ -970,11 +978,6 @@ def _bytes(n: int) -> str:
     return f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} bytes"
 
 
-def _stores_blocks(pack: PackStep) -> bool:
-    """Whether T is computed block by block, each stored into D while in cache."""
-    return pack.blocked >= 0 and pack.block_store >= 0
-
-
 def _ttgt_scratch(pack: PackStep) -> int:
     """Bytes of scratch TTGT_MAX_BYTES bounds: the packs and T.
 
@@ -1375,14 +1378,13 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: boo
     slabs = _slabs(spec, step, pack, item)
     if slabs is not None:
         return (slabs, pack) if _ttgt_scratch(replace(pack, bytes_t=0)) <= TTGT_MAX_BYTES \
-            and flops <= TTGT_MAX_FLOPS else None
-    if (flops > TTGT_MAX_FLOPS and not _stores_blocks(pack)) or (
-            _ttgt_scratch(pack) > TTGT_MAX_BYTES) or (
+            else None
+    if _ttgt_scratch(pack) > TTGT_MAX_BYTES or (
             step.batch_extents and flops > GEMM_BATCH_MAX_FLOPS
             and not pack.bytes_a + pack.bytes_b) or (
             flops > VIEWS_TO_TTGT_MAX_FLOPS and (
                 (not gemv and priced and _views_below_ttgt(spec, step, pack))
-                or (not pack.d_direct and pack.bytes_t > TTGT_STORE_MAX_BYTES))):
+                or (not pack.d_direct and pack.bytes_t > TTGT_MAX_BYTES))):
         return None
     return step, pack
 
@@ -1988,8 +1990,7 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         kind, gemm_step = Step.LOOP, None
         description = (f"compiled: loop nest over {len(labels)} labels ({madds} multiply-adds"
                        f"{', summed row by row' if rows else ''})")
-    elif one_gemv is not None or (gemm and _gemm_sized(spec) and (
-            _gemm_flops(spec) <= TTGT_MAX_FLOPS or _stores_blocks(_ttgt(spec, out, item)[1]))):
+    elif one_gemv is not None or (gemm and _gemm_sized(spec)):
         kind = Step.TTGT
         if flip and one_gemv is not None:
             return None
