@@ -245,3 +245,45 @@ def test_a_large_ttgt_into_a_small_d_is_tried_the_other_way_round(dtype: type) -
             break
     assert auto.compiled_program is not None, "the trial never settled"
     assert any("D^T" in s for s in seen) and any("D^T" not in s for s in seen), seen
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_one_gemm_on_views_into_a_small_d_is_tried_the_other_way_round_into_t(
+        dtype: type) -> None:
+    """``opr,opl->rl``: one GEMM on views of 38 x 172 x 1800 writes D (1/58 of the operands'
+    numbers) in place; the alternative an auto plan tries computes T^T = B^T A^T on the same
+    views (nothing packed) and stores it into D. Exact on integers whichever runs; settles."""
+    ext = {"o": 30, "p": 60, "r": 38, "l": 172}
+    rng = np.random.default_rng(11)
+
+    def ints(labels: str) -> np.ndarray:
+        shape = tuple(ext[x] for x in labels)
+        data = rng.integers(-3, 4, shape)
+        if np.issubdtype(dtype, np.complexfloating):
+            return (data + 1j * rng.integers(-3, 4, shape)).astype(dtype)
+        return data.astype(dtype)
+
+    a, b, c = ints("opr"), ints("opl"), ints("rl")
+    wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
+    want = 2 * np.einsum("opr,opl->rl", a.astype(wide), b.astype(wide)) - 3 * c
+
+    def plan(backend: str) -> TensorProduct:
+        return TensorProduct(Handle(backend), TensorInfo.from_array(a), "opr",
+                             TensorInfo.from_array(b), "opl", TensorInfo.from_array(c), "rl",
+                             TensorInfo.from_array(c), "rl")
+
+    spec = plan("blas").spec
+    first, alt = program.lower(spec), program.alternative(spec)
+    assert first.kind is program.Step.GEMM and "1 gemm on strided views" in first.description
+    assert alt is not None and alt.kind is program.Step.TTGT and "packs none" in alt.description
+    assert (alt.gemm.m, alt.gemm.n) == (first.gemm.n, first.gemm.m)
+    auto = plan("auto")
+    seen = set()
+    for _ in range(40):
+        d = np.full(c.shape, np.nan, dtype)
+        seen.add(auto.execute(2, a, b, -3, c, d).algorithm)
+        np.testing.assert_array_equal(d, want)
+        if auto.compiled_program is not None:
+            break
+    assert auto.compiled_program is not None, "the trial never settled"
+    assert any("ttgt" in s for s in seen) and any("views" in s for s in seen), seen

@@ -162,9 +162,10 @@ TTGT_MAX_BYTES = 1 << 26
 #: (``spot,trdxo->rspdxt``, 0.57x: 23 GEMMs with k = 24 into a 142 MB temporary). GEMMs on
 #: views of two sides above 1 stay: priced so, they changed 0.27-4.0x.
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
-#: ... and above it, a TTGT whose D holds at most 1/TTGT_FLIP_D_SHARE of its operands' bytes
-#: is tried against the same TTGT with its GEMMs the other way round (:func:`_flipped`).
-TTGT_FLIP_D_SHARE = 8
+#: ... and above it, a TTGT (or one GEMM on views) whose D holds at most 1/TTGT_FLIP_D_SHARE of
+#: its operands' bytes is tried against a TTGT with its GEMMs the other way round
+#: (:func:`_flipped`).
+TTGT_FLIP_D_SHARE = 32
 #: GEMVs on views that read each matrix in rows of at most this many bytes, the rows apart
 #: from one another (``ifj,i->jf``: 404 GEMVs, each 697 rows of 400 bytes 161 KB apart), give
 #: way to one GEMV over all of the thick operand's free labels, which reads it in order (TTGT
@@ -1549,29 +1550,39 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
         return _flipped(spec, first, gemm)
     if first.kind is not Step.GEMM:
         return None
-    return _lower(spec, gemm, True)
+    other = _lower(spec, gemm, True)
+    return other if other is not None else _flipped(spec, first, gemm)
 
 
 def _flipped(spec: ContractionSpec, first: Lowered, gemm: bool) -> Lowered | None:
-    """Return TTGT ``first`` with its GEMMs the other way round, where D's store is small.
+    """Return TTGT with ``first``'s GEMMs the other way round, where D's store is small.
 
     TTGT's orientation follows D's layout (T runs along D, so that its store streams, or the
-    GEMMs write D), but where D is small next to the operands the store costs little and the
-    BLAS's speed in each orientation decides; that differs by several times and no rule tells
-    which: ``wml,xmw->lx`` (F32, a GEMM of 32 x 292 x 44885, D 37 KB) 12.1 ms as D's layout
-    asks, 8.2 the other way round; on 80 of the 2203 seeded TTGT products of seeds 0-11999
-    above VIEWS_TO_TTGT_MAX_FLOPS whose D holds at most 1/TTGT_FLIP_D_SHARE of the operands'
-    bytes, the other way ran 0.43-1.60x (F32 0.71-1.55x, F64 0.75-1.39x), 23 faster by more
-    than 10%: the best of the two 1.086x in geometric mean. A plan tries both on its calls
-    (auto against blas, which does not, on 40 of them in the bench's harness: 1.074x, 0.78-1.54x;
-    the trial's few calls, interleaved with other libraries', picked the slower four times).
+    GEMMs write D), as one GEMM on views must (it writes D), but where D is small next to the
+    operands a store costs little and the BLAS's speed in each orientation decides; that
+    differs by several times and no rule tells which: ``wml,xmw->lx`` (F32, a GEMM of 32 x 292
+    x 44885, D 37 KB) 12.1 ms as D's layout asks, 8.2 the other way round; on 80 of the 2203
+    seeded TTGT products of seeds 0-11999 above VIEWS_TO_TTGT_MAX_FLOPS whose D holds at most
+    1/TTGT_FLIP_D_SHARE of the operands' bytes, the other way ran 0.43-1.60x (F32 0.71-1.55x,
+    F64 0.75-1.39x), 23 faster by more than 10%: the best of the two 1.086x in geometric mean.
+    Of one GEMM on views (``opr,opl->rl``, F64, 38 x 172 x 18612: 5.21 ms in D, 2.62 the other
+    way round into T, packing nothing), on the 90 such products of seeds 0-11999 whose D holds
+    at most an eighth, 0.31-2.43x, 36 faster by more than 10%, the best of the two 1.138x. The
+    smaller D, the more the other way gains: from a 32nd (TTGT_FLIP_D_SHARE) the best of the
+    two is 1.181x on 64 of those GEMMs (91% of what all 90 gain) and 1.099x on 49 of the TTGTs
+    (70%); between an 8th and a 32nd, each trial costs what the slower way loses on its first
+    two calls, where it is often the slower (``ijef,abef->ijab``, F64, 144 x 2304 x 2304, D a
+    17th: 13.1 ms in D, 17.7 the other way). A plan tries both on its calls (auto against blas,
+    which does not, in the bench's harness: on 40 flipped TTGTs from an 8th 1.074x,
+    0.78-1.54x, on 40 GEMMs on views from a 32nd 1.109x, 0.80-2.10x; the trial's few calls,
+    interleaved with other libraries', picked the slower four and five times).
     """
     step = first.gemm
     if (step is None or step.m == 1 or step.n == 1 or step.summed
             or _gemm_flops(spec) <= VIEWS_TO_TTGT_MAX_FLOPS
             or spec.d.size * TTGT_FLIP_D_SHARE > spec.a.size + spec.b.size):
         return None
-    other = _lower(spec, gemm, flip=True)
+    other = _lower(spec, gemm, first.kind is Step.GEMM, True)
     return other if other is not None and other.gemm != step else None
 
 
@@ -1945,7 +1956,11 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
     one_gemv: tuple[GemmStep, PackStep] | None = None
     if chosen is None and gemm and not gemv_like:
         chosen = _choose_gemm(spec, item)
-        if ttgt:  # the alternative exists only where these views are not priced
+        if ttgt and flip:  # one GEMM on views, the other way round into T (see _flipped)
+            if chosen is None or chosen[0].calls != 1:
+                return None
+            chosen, one_gemv = None, None
+        elif ttgt:  # the alternative exists only where these views are not priced
             gemv = None if chosen is None else _unpriced_gemv(spec, chosen[0], out, item)
             if chosen is None or not (gemv is not None or _unpriced_views(spec, chosen[0])):
                 return None
