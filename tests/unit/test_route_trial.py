@@ -10,6 +10,7 @@ whichever route wrote it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -200,14 +201,11 @@ def test_gemvs_on_views_in_long_rows_are_tried_against_one_gemv() -> None:
     assert any("ttgt" in s for s in seen) and any("views" in s for s in seen), seen
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
-def test_a_large_ttgt_into_a_small_d_is_tried_the_other_way_round(dtype: type) -> None:
-    """``wml,xmw->lx``: one thin GEMM of 16 x 128 x 4800 (A packed), D of 2048 numbers. TTGT
-    follows D's layout (T = A B, D written in place where there is no C); the other
-    orientation (T^T = B^T A^T, stored into D) is the alternative an auto plan tries; both
-    exact on integers, whichever runs, and the trial settles."""
-    ext = {"w": 80, "m": 60, "l": 16, "x": 128}
-    rng = np.random.default_rng(7)
+def _flip_case(equation: str, ext: dict[str, int], dtype: type, seed: int
+               ) -> tuple[Callable[[str], TensorProduct], tuple[np.ndarray, ...], np.ndarray]:
+    """A, B and C of ``equation`` on exact integers, a plan maker, and 2 A B - 3 C exactly."""
+    rng = np.random.default_rng(seed)
+    (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
 
     def ints(labels: str) -> np.ndarray:
         shape = tuple(ext[x] for x in labels)
@@ -216,15 +214,40 @@ def test_a_large_ttgt_into_a_small_d_is_tried_the_other_way_round(dtype: type) -
             return (data + 1j * rng.integers(-3, 4, shape)).astype(dtype)
         return data.astype(dtype)
 
-    a, b, c = ints("wml"), ints("xmw"), ints("lx")
+    a, b, c = ints(la), ints(lb), ints(ld)
     wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
-    want = 2 * np.einsum("wml,xmw->lx", a.astype(wide), b.astype(wide)) - 3 * c
+    want = 2 * np.einsum(equation, a.astype(wide), b.astype(wide)) - 3 * c
 
     def plan(backend: str) -> TensorProduct:
-        return TensorProduct(Handle(backend), TensorInfo.from_array(a), "wml",
-                             TensorInfo.from_array(b), "xmw", TensorInfo.from_array(c), "lx",
-                             TensorInfo.from_array(c), "lx")
+        return TensorProduct(Handle(backend), TensorInfo.from_array(a), la,
+                             TensorInfo.from_array(b), lb, TensorInfo.from_array(c), ld,
+                             TensorInfo.from_array(c), ld)
 
+    return plan, (a, b, c), want
+
+
+def _settle(auto: TensorProduct, operands: tuple[np.ndarray, ...], want: np.ndarray
+            ) -> set[str]:
+    """Run ``auto`` until its trial settles, each result exact; return the algorithms seen."""
+    a, b, c = operands
+    seen = set()
+    for _ in range(40):
+        d = np.full(c.shape, np.nan, c.dtype)
+        seen.add(auto.execute(2, a, b, -3, c, d).algorithm)
+        np.testing.assert_array_equal(d, want)
+        if auto.compiled_program is not None:
+            return seen
+    raise AssertionError(f"the trial never settled: {seen}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_a_large_ttgt_into_a_small_d_is_tried_the_other_way_round(dtype: type) -> None:
+    """``wml,xmw->lx``: one thin GEMM of 16 x 128 x 4800 (A packed), D of 2048 numbers. TTGT
+    follows D's layout (T = A B, D written in place where there is no C); the other
+    orientation (T^T = B^T A^T, stored into D) is the alternative an auto plan tries; both
+    exact on integers, whichever runs, and the trial settles."""
+    plan, (a, b, c), want = _flip_case("wml,xmw->lx", {"w": 80, "m": 60, "l": 16, "x": 128},
+                                       dtype, 7)
     spec = plan("blas").spec
     first, alt = program.lower(spec), program.alternative(spec)
     assert first.kind is program.Step.TTGT and alt is not None and alt.kind is program.Step.TTGT
@@ -235,15 +258,7 @@ def test_a_large_ttgt_into_a_small_d_is_tried_the_other_way_round(dtype: type) -
         program._lower.cache_clear()
         assert program.alternative(spec) is None
     program._lower.cache_clear()
-    auto = plan("auto")
-    seen = set()
-    for _ in range(40):
-        d = np.full(c.shape, np.nan, dtype)
-        seen.add(auto.execute(2, a, b, -3, c, d).algorithm)
-        np.testing.assert_array_equal(d, want)
-        if auto.compiled_program is not None:
-            break
-    assert auto.compiled_program is not None, "the trial never settled"
+    seen = _settle(plan("auto"), (a, b, c), want)
     assert any("D^T" in s for s in seen) and any("D^T" not in s for s in seen), seen
 
 
@@ -253,37 +268,12 @@ def test_one_gemm_on_views_into_a_small_d_is_tried_the_other_way_round_into_t(
     """``opr,opl->rl``: one GEMM on views of 38 x 172 x 1800 writes D (1/58 of the operands'
     numbers) in place; the alternative an auto plan tries computes T^T = B^T A^T on the same
     views (nothing packed) and stores it into D. Exact on integers whichever runs; settles."""
-    ext = {"o": 30, "p": 60, "r": 38, "l": 172}
-    rng = np.random.default_rng(11)
-
-    def ints(labels: str) -> np.ndarray:
-        shape = tuple(ext[x] for x in labels)
-        data = rng.integers(-3, 4, shape)
-        if np.issubdtype(dtype, np.complexfloating):
-            return (data + 1j * rng.integers(-3, 4, shape)).astype(dtype)
-        return data.astype(dtype)
-
-    a, b, c = ints("opr"), ints("opl"), ints("rl")
-    wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
-    want = 2 * np.einsum("opr,opl->rl", a.astype(wide), b.astype(wide)) - 3 * c
-
-    def plan(backend: str) -> TensorProduct:
-        return TensorProduct(Handle(backend), TensorInfo.from_array(a), "opr",
-                             TensorInfo.from_array(b), "opl", TensorInfo.from_array(c), "rl",
-                             TensorInfo.from_array(c), "rl")
-
+    plan, operands, want = _flip_case("opr,opl->rl", {"o": 30, "p": 60, "r": 38, "l": 172},
+                                      dtype, 11)
     spec = plan("blas").spec
     first, alt = program.lower(spec), program.alternative(spec)
     assert first.kind is program.Step.GEMM and "1 gemm on strided views" in first.description
     assert alt is not None and alt.kind is program.Step.TTGT and "packs none" in alt.description
     assert (alt.gemm.m, alt.gemm.n) == (first.gemm.n, first.gemm.m)
-    auto = plan("auto")
-    seen = set()
-    for _ in range(40):
-        d = np.full(c.shape, np.nan, dtype)
-        seen.add(auto.execute(2, a, b, -3, c, d).algorithm)
-        np.testing.assert_array_equal(d, want)
-        if auto.compiled_program is not None:
-            break
-    assert auto.compiled_program is not None, "the trial never settled"
+    seen = _settle(plan("auto"), operands, want)
     assert any("ttgt" in s for s in seen) and any("views" in s for s in seen), seen
