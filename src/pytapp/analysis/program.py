@@ -163,7 +163,7 @@ TTGT_MAX_BYTES = 1 << 26
 #: views of two sides above 1 stay: priced so, they changed 0.27-4.0x.
 VIEWS_TO_TTGT_MAX_FLOPS = 1 << 24
 #: ... and above it, a TTGT (or one GEMM on views) whose D holds at most 1/TTGT_FLIP_D_SHARE of
-#: its operands' bytes is tried against a TTGT with its GEMMs the other way round
+#: its operands' numbers is tried against a TTGT with its GEMMs the other way round
 #: (:func:`_flipped`).
 TTGT_FLIP_D_SHARE = 32
 #: GEMVs on views that read each matrix in rows of at most this many bytes, the rows apart
@@ -1563,7 +1563,7 @@ def _flipped(spec: ContractionSpec, first: Lowered, gemm: bool) -> Lowered | Non
     differs by several times and no rule tells which: ``wml,xmw->lx`` (F32, a GEMM of 32 x 292
     x 44885, D 37 KB) 12.1 ms as D's layout asks, 8.2 the other way round; on 80 of the 2203
     seeded TTGT products of seeds 0-11999 above VIEWS_TO_TTGT_MAX_FLOPS whose D holds at most
-    1/TTGT_FLIP_D_SHARE of the operands' bytes, the other way ran 0.43-1.60x (F32 0.71-1.55x,
+    an eighth of the operands' numbers, the other way ran 0.43-1.60x (F32 0.71-1.55x,
     F64 0.75-1.39x), 23 faster by more than 10%: the best of the two 1.086x in geometric mean.
     Of one GEMM on views (``opr,opl->rl``, F64, 38 x 172 x 18612: 5.21 ms in D, 2.62 the other
     way round into T, packing nothing), on the 90 such products of seeds 0-11999 whose D holds
