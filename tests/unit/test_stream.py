@@ -286,16 +286,16 @@ def test_labels_m_sums_on_its_own_outside_short_runs_are_summed_first(name: str)
     over it into a buffer first (``own``: the block's first label, after the one the workers
     share out), which its short runs then stream once (results checked by ``_check``)."""
     equation, ext = CASES[name]
-    la, _, ld = _labels(equation)
-    own = next(x for x in la if x not in ld and x not in _labels(equation)[1])
+    la, lb, ld = _labels(equation)
+    own = next(x for x in la if x not in ld and x not in lb)
     for dtype in (np.float32, np.float64, np.complex64):
         stream = _check(equation, ext, dtype)
-        assert stream.own >= 1, stream
         first = stream.own
+        assert first >= 1, stream
         kept = [e for e, sv, sd in zip(stream.extents[first:], stream.strides[1][first:],
                                        stream.strides[2][first:], strict=True) if sv or sd]
         assert stream.bytes_own == np.dtype(dtype).itemsize * int(np.prod(kept))
-        assert ext[own] in stream.extents[stream.own:-1]
+        assert ext[own] in stream.extents[first:-1]
 
 
 def test_long_runs_under_labels_of_m_s_own_stream_as_they_are() -> None:
