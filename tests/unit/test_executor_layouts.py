@@ -524,3 +524,52 @@ def test_a_ttgt_of_gigaflops_storing_a_whole_t_larger_than_its_store_bound_runs_
     low = lowering.lower(_product(a, "tpcgr", b, "wxtpz", d, "zgcwrx").spec)
     assert low.flops > lowering.TTGT_MAX_FLOPS
     assert lowering.TTGT_STORE_MAX_BYTES < low.pack.bytes_t <= lowering.TTGT_MAX_BYTES
+
+
+@compiled_only
+@pytest.mark.parametrize(("dtype", "u"), [(np.float64, 26), (np.complex128, 13)])
+def test_a_batch_whose_packs_exceed_the_scratch_bound_packs_its_thick_operand_in_blocks(
+        dtype: type, u: int) -> None:
+    """``asex,sreauf->uarxf``: 16 GEMMs (batch ``a``) of 12 x 4680 (2340 complex) x 144 whose
+    whole packs and T (an 82 MiB B) exceed TTGT_MAX_BYTES while T (6.9 MB) is below
+    TTGT_STORE_MAX_BYTES: a thin side of 12 (at most THIN_SCRATCH_MAX), so B is packed in
+    blocks, each multiplied and stored while in cache, where the backend's plan had run it.
+    With C, B conjugated, against numpy.einsum on exact integers."""
+    from pytapp.analysis import program as lowering
+
+    equation = "asex,sreauf->uarxf"
+    ext = {"a": 16, "x": 12, "f": 36, "r": 5, "u": u, "e": 8, "s": 18}
+    shapes = tuple(tuple(ext[x] for x in labels) for labels in ("asex", "sreauf"))
+    a, b, d = _operands(equation, shapes, dtype, 91)
+    c = _ints(d.shape, dtype, 93)
+    _run_checked(equation, a, b, c, d, "in blocks of", conj_b=True)
+    pack = lowering.lower(_product(a, "asex", b, "sreauf", d, "uarxf").spec).pack
+    assert pack.bytes_a + pack.bytes_b + pack.bytes_t > lowering.TTGT_MAX_BYTES
+    assert pack.blocked == 1 and pack.scratch_bytes(1) <= lowering.TTGT_MAX_BYTES
+
+
+@compiled_only
+def test_a_wide_batch_beyond_the_scratch_bound_is_packed_in_blocks_only_as_the_alternative(
+        ) -> None:
+    """``yxgjk,mgjxw->yxwmk`` (F64): 19 GEMMs of 1404 x 44 x 265, a 56.5 MB B; its packs and T
+    exceed TTGT_MAX_BYTES. The lowering runs 7524 GEMMs on views (its thin side of 44 is above
+    THIN_SCRATCH_MAX); the alternative an auto plan tries packs B in blocks holding every GEMM
+    of the batch (at least 44 rows of each), and computes the product exactly."""
+    from pytapp.analysis import program as lowering
+    from pytapp.kernels.program import compile_alternative
+    from pytapp.status import Status
+
+    equation = "yxgjk,mgjxw->yxwmk"
+    ext = {"x": 19, "y": 11, "k": 4, "m": 36, "w": 39, "g": 53, "j": 5}
+    shapes = tuple(tuple(ext[x] for x in labels) for labels in ("yxgjk", "mgjxw"))
+    a, b, d = _operands(equation, shapes, np.float64, 95)
+    c = _ints(d.shape, np.float64, 97)
+    spec = _product(a, "yxgjk", b, "mgjxw", d, "yxwmk").spec
+    assert lowering.lower(spec).kind is lowering.Step.GEMM
+    alt = lowering.alternative(spec)
+    assert alt is not None and alt.pack is not None and alt.pack.block_gemms == 19
+    assert alt.pack.block * alt.pack.block_unit >= 44
+    run = compile_alternative(spec, Status())
+    run(2.0, a, b, -3.0, c, d)
+    want = 2.0 * np.einsum(equation, a, b, optimize=True) - 3.0 * c
+    np.testing.assert_array_equal(d, want)

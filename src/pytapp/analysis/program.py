@@ -212,6 +212,20 @@ PACK_BLOCK_BYTES = 1 << 18
 #: size 16 products, 1.03-3.0x, 1.82x); five blocks of 23 MB did not (0.48x).
 BLOCK_LEAN_BYTES = 1 << 24
 THIN_REREAD = 4
+#: A batch of thin GEMMs whose packs and T together exceed TTGT_MAX_BYTES, which the
+#: executor had left to the backend's plan (or to GEMMs on views), is packed in blocks as
+#: above whatever its T, where its thin side has at most THIN_SCRATCH_MAX rows (columns) and
+#: each block holds at least that many of each GEMM's where the batch runs inside it; as the
+#: alternative to GEMMs on views a plan tries (:func:`alternative`), up to THIN_MAX. 447
+#: products of seeds 0-11999 take it (2-core Xeon, blas's plan with C, 7 interleaved rounds):
+#: on 40 drawn after the bound was chosen 2.02x the backend's plan in geometric mean, 0.68-4.2x
+#: (three below 0.95: sides of 6-18 summing 8400-42432 terms); ``bxhco,txbcdyo->yxthd``
+#: (F64, a 114 MB B) 34.3 -> 9.2 ms.
+#: Thin sides of 25-39 had lost to 0.28x (``shvnb,hvsng->bgv``, C64, 13 GEMMs of 39 x 73 x
+#: 9240, blocks of 4 columns of each: 38 -> 135 ms). As the alternative, 14 products of those
+#: seeds: the better of the two 1.36x the GEMMs on views (``yxgjk,mgjxw->yxwmk``, F64, 7524
+#: GEMMs of 39 x 4 x 265: 39.9 -> 18.3 ms).
+THIN_SCRATCH_MAX = 24
 #: A GEMM writing D itself, where T would hold SLAB_FROM_BYTES or more, runs as slabs of its
 #: rows of at most SLAB_BYTES of D (the executor's FUSE_SLAB_MAX: each slab of D set from C,
 #: then added into, while in cache), at least SLAB_MIN_ROWS rows each. From 2 MiB rather than
@@ -762,12 +776,13 @@ def _ttgt_shaped(spec: ContractionSpec) -> bool:
             and spec.size(cls.FA) * spec.size(cls.FB) >= TTGT_MIN_BLOCK)
 
 
-def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = False
-          ) -> tuple[GemmStep, PackStep]:
+def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = False,
+          tried: bool = False) -> tuple[GemmStep, PackStep]:
     """TTGT: pack A and B for contiguous GEMMs into a scratch T, stored into D afterwards.
 
     ``flip``: the GEMMs in the other orientation than D's layout asks for (T^T where T, or T
-    where T^T; see :func:`alternative`).
+    where T^T; see :func:`alternative`). ``tried``: the alternative a plan tries on its calls
+    (a batch beyond the scratch bound blocked whatever its thin side, see THIN_SCRATCH_MAX).
     """
     cls = spec.classes
     ext = spec.extent
@@ -817,7 +832,10 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
     # a thin GEMM whose thick operand must be packed: packed in blocks of its outermost free
     # label, each multiplied while in cache, in the pack's own label order (labels of extent 1,
     # batch labels included, go last)
-    side = _thin_side(hh, rows, cols, k, item)
+    # a batch whose packs and T together exceed TTGT_MAX_BYTES (see THIN_SCRATCH_MAX)
+    scratch = hh > 1 and hh * ((rows * k if pack_l else 0) + (cols * k if pack_r else 0)
+                               + rows * cols) * item > TTGT_MAX_BYTES
+    side = _thin_side(hh, rows, cols, k, item, scratch, tried)
     blocks: tuple[int, int, int] | None = None
     axis = 0  # the blocked label's place in the nest: after the summed ones where they lead
     # (a batch: each block of each GEMM of it, the batch labels out of the blocked nest; where
@@ -862,15 +880,28 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
                 return (order, *got)
         return first or (free, 1, None)
 
+    def thin_wide(op: OperandSpec, free: Sequence[Label], thick: int, thin_side: int
+                  ) -> tuple[list[Label], int, tuple[int, int, int] | None]:
+        """Return :func:`thin`'s blocks, unless they hold too few rows of each GEMM.
+
+        Fewer rows (columns) of each GEMM of the batch than its thin side, where only the
+        scratch bound has the batch blocked (see THIN_SCRATCH_MAX): the blocks are dropped.
+        """
+        order, gemms, got = thin(op, free, thick, thin_side)
+        if (got is not None and gemms > 1 and got[0] * got[1] < thin_side
+                and scratch and hh * rows * cols * item < TTGT_STORE_MAX_BYTES):
+            return order, 1, None
+        return order, gemms, got
+
     if side == 0 and pack_l:
-        lfree, inner, blocks = thin(left, lfree, rows, cols)
+        lfree, inner, blocks = thin_wide(left, lfree, rows, cols)
         if blocks is not None:
             within = [*h] if inner > 1 else []
             axis = len(within) + (len(p) if l_t else 0)
             nest_l, pack_l = _nest(left, [*within, *p, *lfree, *per_gemm] if l_t else
                                    [*within, *lfree, *p, *per_gemm], liso, spec, item)
     elif side == 1 and pack_r:
-        rfree, inner, blocks = thin(right, rfree, cols, rows)
+        rfree, inner, blocks = thin_wide(right, rfree, cols, rows)
         if blocks is not None:
             within = [*h] if inner > 1 else []
             axis = len(within) + (0 if r_t else len(p))
@@ -990,7 +1021,8 @@ def _ttgt_scratch(pack: PackStep) -> int:
     return pack.bytes_a + pack.bytes_b + pack.bytes_t
 
 
-def _thin_side(batch: int, rows: int, cols: int, k: int, item: int) -> int | None:
+def _thin_side(batch: int, rows: int, cols: int, k: int, item: int, scratch: bool = False,
+               tried: bool = False) -> int | None:
     """Return the thick side of a thin GEMM worth packing in blocks: 0 rows, 1 columns.
 
     GEMMs with a thin side of 2 to :data:`THIN_MAX` rows or columns, whose thick operands hold
@@ -998,11 +1030,14 @@ def _thin_side(batch: int, rows: int, cols: int, k: int, item: int) -> int | Non
     :data:`TTGT_STORE_MAX_BYTES` or more (each block of each GEMM stored into D by itself:
     ``iqmoc,oti->iqctm``, 12 GEMMs of 31 x 25200 x 16, F64, a 75 MB T: 21.7 -> 10.2 ms; of 500
     seeded products 8 qualify: six 1.45-2.15x, two 0.83x and 0.76x. With smaller T the whole
-    batch at once was faster on 11 of 55, to 0.58x).
+    batch at once was faster on 11 of 55, to 0.58x), or a batch with a thin side of at most
+    :data:`THIN_SCRATCH_MAX` (THIN_MAX where ``tried``) whose packs and T together
+    (``scratch``) exceed TTGT_MAX_BYTES.
     """
     thick, thin = max(rows, cols), min(rows, cols)
     if (not 2 <= thin <= THIN_MAX or k < 1 or batch * thick * k * item < TTGT_BLOCK_MIN_BYTES
-            or (batch > 1 and batch * rows * cols * item < TTGT_STORE_MAX_BYTES)):
+            or (batch > 1 and batch * rows * cols * item < TTGT_STORE_MAX_BYTES
+                and not (scratch and (tried or thin <= THIN_SCRATCH_MAX)))):
         return None
     return 0 if rows >= cols else 1
 
@@ -1374,7 +1409,7 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: boo
     """
     if not _gemm_sized(spec, gemv):
         return None
-    step, pack = _ttgt(spec, out, item, flip)
+    step, pack = _ttgt(spec, out, item, flip, not priced)
     flops = _gemm_flops(spec)
     slabs = _slabs(spec, step, pack, item)
     if slabs is not None:
