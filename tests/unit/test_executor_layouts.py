@@ -573,3 +573,64 @@ def test_a_wide_batch_beyond_the_scratch_bound_is_packed_in_blocks_only_as_the_a
     run(2.0, a, b, -3.0, c, d)
     want = 2.0 * np.einsum(equation, a, b, optimize=True) - 3.0 * c
     np.testing.assert_array_equal(d, want)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("alpha", [2.0, 0.0])
+def test_beta_c_set_into_a_large_d_before_its_gemms_matches_numpy(dtype: type,
+                                                                     alpha: float) -> None:
+    """``pjk,ip->ijk``: one GEMM on views adding into D (512 KiB and more), D first set to
+    beta op_C(C) from a C laid out otherwise (transposed), a step the workers share out; with
+    alpha 0 that step is the whole product (A and B unread). The step profile sees it as a
+    store and the GEMM as a GEMM. Against numpy.einsum on exact integers."""
+    from pytapp.kernels.program import step_profile
+
+    cplx = np.dtype(dtype).kind == "c"
+    a, b = _ints((8, 64, 64), dtype, 101), _ints((64, 8), dtype, 102)
+    c = np.ascontiguousarray(_ints((64, 64, 64), dtype, 103).transpose(2, 1, 0)).transpose(2, 1, 0)
+    d = np.full((64, 64, 64), np.nan, dtype=dtype)
+    op_c = ElementOp.CONJUGATE if cplx else ElementOp.IDENTITY
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), "pjk", TensorInfo.from_array(b),
+                         "ip", TensorInfo.from_array(c), "ijk", TensorInfo.from_array(d), "ijk",
+                         op_c=op_c)
+    assert "gemm on strided views" in plan.algorithm, plan.algorithm
+    beta = (1 - 2j) if cplx else -3.0
+    with step_profile() as steps:
+        plan.execute(alpha, a, b, beta, c, d)
+    wide = np.complex128 if cplx else np.float64
+    want = alpha * np.einsum("pjk,ip->ijk", a.astype(wide), b.astype(wide)) + beta * (
+        np.conj(c) if cplx else c).astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want)
+    assert steps["store"] > 0.0
+    assert (steps["gemm"] > 0.0) == (alpha != 0.0)
+
+
+@compiled_only
+def test_the_step_profile_times_each_step_only_inside_its_block() -> None:
+    """A TTGT that packs both operands and stores T with C into D counts its packs, its GEMM
+    and its store; a small loop nest counts as a loop; a profile around nothing stays at 0."""
+    from pytapp.kernels.program import STEPS, step_profile
+
+    equation, shapes = "abcd,dbe->ace", ((32, 32, 16, 24), (24, 32, 16))
+    a, b, d = _operands(equation, shapes, np.float64, 111)
+    c = _ints(d.shape, np.float64, 113)
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), "abcd",
+                         TensorInfo.from_array(b), "dbe", TensorInfo.from_array(c), "ace",
+                         TensorInfo.from_array(d), "ace")
+    assert "packs A, B" in plan.algorithm and "stored into D" in plan.algorithm, plan.algorithm
+    plan.execute(1.0, a, b, 2.0, c, d)
+    with step_profile() as steps:
+        plan.execute(1.0, a, b, 2.0, c, d)
+    assert set(steps) == set(STEPS)
+    assert steps["pack"] > 0.0 and steps["gemm"] > 0.0 and steps["store"] > 0.0
+    assert steps["loop"] == steps["stream"] == steps["blocked"] == 0.0
+    x, y, z = np.ones((3, 4)), np.ones((4, 2)), np.zeros((3, 2))
+    small = _product(x, "ik", y, "kj", z, "ij")
+    assert "loop nest" in small.algorithm, small.algorithm
+    with step_profile() as steps:
+        small.execute(1.0, x, y, 0.0, None, z)
+    assert steps["loop"] > 0.0 and steps["gemm"] == 0.0
+    with step_profile() as steps:
+        pass
+    assert all(t == 0.0 for t in steps.values())
