@@ -50,17 +50,18 @@ enum { STEP_PACK, STEP_GEMM, STEP_STORE, STEP_BLOCKED, STEP_STREAM, STEP_LOOP, S
 static int g_step_timing = 0;
 static double g_step_seconds[STEP_COUNT];
 
-static double step_clock(void) {
-    if (!g_step_timing) return 0.0;
+static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double step_clock(void) { return g_step_timing ? now() : 0.0; }
+
 /* Count the seconds since `since` (a step_clock() reading) toward `step`; the next start. */
 static double step_done(int step, double since) {
     if (!g_step_timing) return 0.0;
-    const double t = step_clock();
+    const double t = now();
     g_step_seconds[step] += t - since;
     return t;
 }
@@ -1987,12 +1988,6 @@ static int overlaps(const Program *p, PyArrayObject *x, int rx, PyArrayObject *y
     return x0 < y1 && y0 < x1;
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------ Program */
 
 /* Check the operands against the program and run it: 0 done, 1 not covered (nothing was
@@ -3384,35 +3379,35 @@ typedef struct {
     cval al, be;
     const char *A, *B, *C; /* A is TTGT's temporary T where the job stores */
     char *D;
-    int store;
+    int kind; /* SPLIT_... */
 } LoopJob;
 
 /* What a LoopJob runs: the loop nest, TTGT's store of T into D, or D = beta C alone. */
 enum { SPLIT_LOOP, SPLIT_STORE, SPLIT_SCALE };
 
-static void split_part(const Program *p, int store, cval al, cval be, const char *A,
+static void split_part(const Program *p, int kind, cval al, cval be, const char *A,
                        const char *B, const char *C, char *D) {
-    if (store == SPLIT_SCALE) run_scale(p, be, C, D);
-    else if (store == SPLIT_STORE) run_store(p, al, be, A, C, D);
+    if (kind == SPLIT_SCALE) run_scale(p, be, C, D);
+    else if (kind == SPLIT_STORE) run_store(p, al, be, A, C, D);
     else run_loop(p, al, be, A, B, C, D);
 }
 
 static void loop_task(void *arg) {
     LoopJob *j = (LoopJob *)arg;
     if (j->sub.ext[0] < 1) return;
-    split_part(&j->sub, j->store, j->al, j->be, j->A, j->B, j->C, j->D);
+    split_part(&j->sub, j->kind, j->al, j->be, j->A, j->B, j->C, j->D);
 }
 
-/* A loop nest, TTGT's store of T into D (T given as A) or D = beta C (`store`: SPLIT_...), run
+/* A loop nest, TTGT's store of T into D (T given as A) or D = beta C (`kind`: SPLIT_...), run
  * by `workers` along its first label, one of D's (each worker writes its own elements of D). */
-static void run_split(const Program *p, int workers, int store, cval al, cval be, const char *A,
+static void run_split(const Program *p, int workers, int kind, cval al, cval be, const char *A,
                       const char *B, const char *C, char *D) {
     LoopJob *jobs = workers > 1 ? malloc((size_t)workers * sizeof(LoopJob)) : NULL;
     if (!jobs) {
-        split_part(p, store, al, be, A, B, C, D);
+        split_part(p, kind, al, be, A, B, C, D);
         return;
     }
-    const npy_intp first = p->ext[0], sa = store == SPLIT_STORE ? p->tst[0] : p->st[0][0];
+    const npy_intp first = p->ext[0], sa = kind == SPLIT_STORE ? p->tst[0] : p->st[0][0];
     for (int w = 0; w < workers; ++w) {
         const npy_intp start = first * w / workers, stop = first * (w + 1) / workers;
         memcpy(&jobs[w].sub, p, sizeof(Program));
@@ -3420,10 +3415,10 @@ static void run_split(const Program *p, int workers, int store, cval al, cval be
         jobs[w].al = al;
         jobs[w].be = be;
         jobs[w].A = A ? A + start * sa : NULL;
-        jobs[w].B = store != SPLIT_LOOP ? NULL : B + start * p->st[1][0];
+        jobs[w].B = kind != SPLIT_LOOP ? NULL : B + start * p->st[1][0];
         jobs[w].C = C ? C + start * p->st[2][0] : NULL;
         jobs[w].D = D + start * p->st[3][0];
-        jobs[w].store = store;
+        jobs[w].kind = kind;
     }
     g_pool_run(workers, (void *)loop_task, jobs, (int)sizeof(LoopJob));
     free(jobs);

@@ -832,9 +832,11 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
     # a thin GEMM whose thick operand must be packed: packed in blocks of its outermost free
     # label, each multiplied while in cache, in the pack's own label order (labels of extent 1,
     # batch labels included, go last)
-    # a batch whose packs and T together exceed TTGT_MAX_BYTES (see THIN_SCRATCH_MAX)
-    scratch = hh > 1 and hh * ((rows * k if pack_l else 0) + (cols * k if pack_r else 0)
-                               + rows * cols) * item > TTGT_MAX_BYTES
+    # a batch blocked only because its packs and T together exceed TTGT_MAX_BYTES (see
+    # THIN_SCRATCH_MAX): its T alone would not have it blocked
+    scratch = (hh > 1 and hh * rows * cols * item < TTGT_STORE_MAX_BYTES
+               and hh * ((rows * k if pack_l else 0) + (cols * k if pack_r else 0)
+                         + rows * cols) * item > TTGT_MAX_BYTES)
     side = _thin_side(hh, rows, cols, k, item, scratch, tried)
     blocks: tuple[int, int, int] | None = None
     axis = 0  # the blocked label's place in the nest: after the summed ones where they lead
@@ -888,8 +890,7 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
         scratch bound has the batch blocked (see THIN_SCRATCH_MAX): the blocks are dropped.
         """
         order, gemms, got = thin(op, free, thick, thin_side)
-        if (got is not None and gemms > 1 and got[0] * got[1] < thin_side
-                and scratch and hh * rows * cols * item < TTGT_STORE_MAX_BYTES):
+        if scratch and got is not None and gemms > 1 and got[0] * got[1] < thin_side:
             return order, 1, None
         return order, gemms, got
 
