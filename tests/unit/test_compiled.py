@@ -497,7 +497,7 @@ def _thin_blocks(block_bytes: int = 1,
     a large ``block_bytes`` of half the indices (the last block shorter where they are odd);
     with a small ``store_bytes``, each block's part of T stored into D by itself."""
     return _lowering(TTGT_BLOCK_MIN_BYTES=0, PACK_BLOCK_BYTES=block_bytes, THIN_REREAD=0,
-                     TTGT_STORE_MAX_BYTES=store_bytes)
+                     TTGT_STORE_MAX_BYTES=store_bytes, THIN_BATCH_MIN_BYTES=store_bytes)
 
 
 # Thin GEMMs (one side at most THIN_MAX) whose thick side is T's rows (A's free labels i, x),

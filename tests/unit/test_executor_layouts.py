@@ -634,3 +634,59 @@ def test_the_step_profile_times_each_step_only_inside_its_block() -> None:
     with step_profile() as steps:
         pass
     assert all(t == 0.0 for t in steps.values())
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_a_batch_of_thin_gemms_with_a_few_mib_of_t_stores_each_block_while_in_cache(
+        dtype: type) -> None:
+    """``wydsq,dyo->swqod``: 6 GEMMs of 53240 x 5 x 34, a T of 6.4 MB (F32) or 12.8 MB (C64),
+    at least THIN_BATCH_MIN_BYTES and below TTGT_STORE_MAX_BYTES, in blocks of at most
+    THIN_BATCH_BLOCK_MAX: A is packed in blocks, each block's part of T stored into D while in
+    cache, where the whole T had been written then read again. With C and B conjugated,
+    against numpy.einsum on exact integers."""
+    from pytapp.analysis import program as lowering
+
+    equation = "wydsq,dyo->swqod"
+    ext = {"d": 6, "s": 44, "q": 22, "w": 55, "o": 5, "y": 34}
+    shapes = tuple(tuple(ext[x] for x in labels) for labels in ("wydsq", "dyo"))
+    a, b, d = _operands(equation, shapes, dtype, 111)
+    c = _ints(d.shape, dtype, 113)
+    _run_checked(equation, a, b, c, d, "stored into D with the epilogue while in cache",
+                 conj_b=True)
+    pack = lowering.lower(_product(a, "wydsq", b, "dyo", d, "swqod").spec).pack
+    t_bytes = 6 * 53240 * 5 * np.dtype(dtype).itemsize
+    assert lowering.THIN_BATCH_MIN_BYTES <= t_bytes < lowering.TTGT_STORE_MAX_BYTES
+    assert pack.blocked >= 0 and pack.block_bytes <= lowering.THIN_BATCH_BLOCK_MAX
+
+
+@compiled_only
+@pytest.mark.parametrize(("equation", "ext", "dtype", "blocked"), [
+    # T of 4.3 MB, blocks of the whole batch of 5.3 MB: beyond THIN_BATCH_BLOCK_MAX
+    ("crtjz,fzjt->frcz", {"z": 44, "c": 8, "r": 64, "f": 92, "j": 6, "t": 20}, np.float32, 0),
+    # T of 3.5 MB: below THIN_BATCH_MIN_BYTES, at least THIN_BATCH_TRIED_BYTES
+    ("mzver,mxlzeq->rxleqv", {"e": 8, "v": 8, "r": 12, "x": 9, "q": 9, "l": 7, "m": 14,
+                              "z": 22}, np.float64, 1),
+])
+def test_a_batch_stores_its_whole_t_and_tries_it_block_by_block(
+        equation: str, ext: dict[str, int], dtype: type, blocked: int) -> None:
+    """A batch of thin GEMMs whose blocks would outgrow THIN_BATCH_BLOCK_MAX, or whose T is
+    below THIN_BATCH_MIN_BYTES, stores its whole T; the alternative an auto plan tries packs
+    the thick operand in blocks, each block's T stored while in cache, and computes the
+    product exactly (with C)."""
+    from pytapp.analysis import program as lowering
+    from pytapp.kernels.program import compile_alternative
+    from pytapp.status import Status
+
+    (la, lb), ld = equation.split("->")[0].split(","), equation.split("->")[1]
+    shapes = tuple(tuple(ext[x] for x in labels) for labels in (la, lb))
+    a, b, d = _operands(equation, shapes, dtype, 115)
+    c = _ints(d.shape, dtype, 117)
+    spec = _product(a, la, b, lb, d, ld).spec
+    first, alt = lowering.lower(spec), lowering.alternative(spec)
+    assert first.kind is lowering.Step.TTGT and first.pack.blocked < 0
+    assert alt is not None and alt.pack.blocked == blocked and alt.pack.block_store >= 0
+    run = compile_alternative(spec, Status())
+    run(2.0, a, b, -3.0, c, d)
+    want = 2.0 * np.einsum(equation, a, b, optimize=True) - 3.0 * c
+    np.testing.assert_array_equal(d, want)

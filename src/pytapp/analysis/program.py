@@ -177,6 +177,24 @@ TTGT_FLIP_D_SHARE = 32
 #: On 28 products of seeds 3000-12000 not used to choose it: 0.90-3.06x, geometric mean 1.6x.
 GEMV_SCATTER_RUN = 512
 TTGT_STORE_MAX_BYTES = 1 << 24
+#: A batch of thin GEMMs (a side of at most THIN_MAX) whose T would hold THIN_BATCH_MIN_BYTES
+#: or more is packed in blocks, each block's part of T stored into D while in cache (see
+#: :func:`_thin_side`), where its blocks hold at most THIN_BATCH_BLOCK_MAX bytes of the thick
+#: operand or the whole TTGT would exceed TTGT_MAX_BYTES; as the alternative a plan tries
+#: (:func:`alternative`), from THIN_BATCH_TRIED_BYTES and blocks of any size. Each had been
+#: so only from TTGT_STORE_MAX_BYTES (16 MiB): the whole T, written then read again by the
+#: store, cost a pass over memory more. From 4 MiB (2-core Xeon, blas's plan with C, in-process
+#: A/B, 7 interleaved rounds): on 40 products drawn from the 413 of seeds 0-5999 this changes
+#: from 1 MiB, 1.12x (0.88-2.49x); on 40 drawn from the 163 of seeds 6000-11999 it changes,
+#: 1.31x (0.79-2.64x: ``wydsq,dyo->swqod``, F32, 6 GEMMs of 53240 x 5 x 34, 8.8 -> 3.3 ms;
+#: ``aetr,dhorea->tahdo`` 95 -> 37 ms, where the batched GEMM of the backend's plan had run).
+#: Blocks of more than 4 MiB (the whole batch in each) lost (``crtjz,fzjt->frcz``, F32, 5.3
+#: MB blocks: 0.79x; 0.79-1.13x on seven such) unless the whole TTGT exceeded the scratch
+#: bound (2.15x and 2.57x). From 1 MiB the T of 1-4 MiB gain as much as they lose
+#: (``fcwath,batc->fhbwt`` 2.17x, ``mzver,mxlzeq->rxleqv`` 0.68x): a plan tries those.
+THIN_BATCH_MIN_BYTES = 1 << 22
+THIN_BATCH_BLOCK_MAX = 1 << 22
+THIN_BATCH_TRIED_BYTES = 1 << 20
 #: A GEMM whose thin side has at most THIN_MAX rows (or columns), and whose thick operand
 #: BLAS cannot read in place, packs that operand in blocks of about PACK_BLOCK_BYTES (and at
 #: least THIN_REREAD times the thin operand, which is read again for each block: a quarter of
@@ -834,9 +852,13 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
     # batch labels included, go last)
     # a batch blocked only because its packs and T together exceed TTGT_MAX_BYTES (see
     # THIN_SCRATCH_MAX): its T alone would not have it blocked
-    scratch = (hh > 1 and hh * rows * cols * item < TTGT_STORE_MAX_BYTES
-               and hh * ((rows * k if pack_l else 0) + (cols * k if pack_r else 0)
-                         + rows * cols) * item > TTGT_MAX_BYTES)
+    over = hh * ((rows * k if pack_l else 0) + (cols * k if pack_r else 0)
+                 + rows * cols) * item > TTGT_MAX_BYTES
+    t_bytes = hh * rows * cols * item
+    scratch = hh > 1 and t_bytes < THIN_BATCH_MIN_BYTES and over
+    # a batch blocked for its T alone (THIN_BATCH_MIN_BYTES), not beyond the scratch bound:
+    # only in blocks of THIN_BATCH_BLOCK_MAX at most, unless tried
+    capped = hh > 1 and t_bytes < TTGT_STORE_MAX_BYTES and not over and not tried
     side = _thin_side(hh, rows, cols, k, item, scratch, tried)
     blocks: tuple[int, int, int] | None = None
     axis = 0  # the blocked label's place in the nest: after the summed ones where they lead
@@ -890,7 +912,8 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
         scratch bound has the batch blocked (see THIN_SCRATCH_MAX): the blocks are dropped.
         """
         order, gemms, got = thin(op, free, thick, thin_side)
-        if scratch and got is not None and gemms > 1 and got[0] * got[1] < thin_side:
+        if got is not None and ((scratch and gemms > 1 and got[0] * got[1] < thin_side)
+                                or (capped and got[2] > THIN_BATCH_BLOCK_MAX)):
             return order, 1, None
         return order, gemms, got
 
@@ -1028,16 +1051,16 @@ def _thin_side(batch: int, rows: int, cols: int, k: int, item: int, scratch: boo
 
     GEMMs with a thin side of 2 to :data:`THIN_MAX` rows or columns, whose thick operands hold
     at least :data:`TTGT_BLOCK_MIN_BYTES`: one GEMM, or a ``batch`` of them whose T would hold
-    :data:`TTGT_STORE_MAX_BYTES` or more (each block of each GEMM stored into D by itself:
-    ``iqmoc,oti->iqctm``, 12 GEMMs of 31 x 25200 x 16, F64, a 75 MB T: 21.7 -> 10.2 ms; of 500
-    seeded products 8 qualify: six 1.45-2.15x, two 0.83x and 0.76x. With smaller T the whole
-    batch at once was faster on 11 of 55, to 0.58x), or a batch with a thin side of at most
+    :data:`THIN_BATCH_MIN_BYTES` (:data:`THIN_BATCH_TRIED_BYTES` where ``tried``) or more
+    (each block of each GEMM stored into D by itself: ``iqmoc,oti->iqctm``, 12 GEMMs of 31 x
+    25200 x 16, F64, a 75 MB T: 21.7 -> 10.2 ms), or a batch with a thin side of at most
     :data:`THIN_SCRATCH_MAX` (THIN_MAX where ``tried``) whose packs and T together
     (``scratch``) exceed TTGT_MAX_BYTES.
     """
     thick, thin = max(rows, cols), min(rows, cols)
     if (not 2 <= thin <= THIN_MAX or k < 1 or batch * thick * k * item < TTGT_BLOCK_MIN_BYTES
-            or (batch > 1 and batch * rows * cols * item < TTGT_STORE_MAX_BYTES
+            or (batch > 1 and batch * rows * cols * item < (
+                THIN_BATCH_TRIED_BYTES if tried else THIN_BATCH_MIN_BYTES)
                 and not (scratch and (tried or thin <= THIN_SCRATCH_MAX)))):
         return None
     return 0 if rows >= cols else 1
@@ -1400,17 +1423,19 @@ def _views_below_ttgt(spec: ContractionSpec, step: GemmStep, pack: PackStep) -> 
 
 
 def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: bool = False,
-               priced: bool = True, flip: bool = False) -> tuple[GemmStep, PackStep] | None:
+               priced: bool = True, flip: bool = False, tried: bool = False
+               ) -> tuple[GemmStep, PackStep] | None:
     """Return TTGT's GEMM and packing where the executor runs them for ``spec``.
 
     ``None`` where it does not: the backend's plan runs the product. ``gemv``: the GEMV of
     :func:`_one_gemv` (a side of 1; chosen over the GEMVs on views by their layout, not priced).
     ``priced=False``: whatever the cost model says of the GEMMs on views (the alternative a
     plan tries, :func:`alternative`). ``flip``: the GEMMs in the other orientation.
+    ``tried``: packed in blocks within the looser limits of an alternative (as unpriced).
     """
     if not _gemm_sized(spec, gemv):
         return None
-    step, pack = _ttgt(spec, out, item, flip, not priced)
+    step, pack = _ttgt(spec, out, item, flip, tried or not priced)
     flops = _gemm_flops(spec)
     slabs = _slabs(spec, step, pack, item)
     if slabs is not None:
@@ -1552,9 +1577,11 @@ def lower(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
 def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     """Return another route where :func:`lower`'s is one the cost model cannot weigh.
 
-    That is TTGT against GEMMs on views, or a large TTGT into a small D the other way round
-    (:func:`_flipped`). Above :data:`VIEWS_TO_TTGT_MAX_FLOPS`, GEMMs on views with both sides
-    above 1 stay as they are, unpriced: a TTGT the executor runs ran 0.32-7.7x their speed on
+    That is TTGT against GEMMs on views, a large TTGT into a small D the other way round
+    (:func:`_flipped`), or else a batch's TTGT storing its whole T against the same packed in
+    blocks, each block's T stored while in cache (from :data:`THIN_BATCH_TRIED_BYTES`).
+    Above :data:`VIEWS_TO_TTGT_MAX_FLOPS`, GEMMs on views with both sides above 1 stay as they
+    are, unpriced: a TTGT the executor runs ran 0.32-7.7x their speed on
     104 seeded products (2-core Xeon; 1.32x in geometric mean, 18 below 0.95x; on a 2-core EPYC
     1.08x, 19 of 48 slower), and no feature of the two (calls, m, n, k, the bytes each reads or
     packs, the thinness of TTGT's GEMM) told the two groups apart. So do GEMVs on views that
@@ -1583,7 +1610,11 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     if first is None:
         return None
     if first.kind is Step.TTGT:
-        return _flipped(spec, first, gemm)
+        flipped = _flipped(spec, first, gemm)
+        if flipped is not None:
+            return flipped
+        blocked = _lower(spec, gemm, tried=True)  # a batch's T stored block by block
+        return blocked if blocked is not None and blocked.pack != first.pack else None
     if first.kind is not Step.GEMM:
         return None
     other = _lower(spec, gemm, True)
@@ -1925,12 +1956,13 @@ def _planes(extents: Sequence[int], strides: Sequence[Sequence[int]],
 
 
 @functools.lru_cache(maxsize=512)
-def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = False
-           ) -> Lowered | None:
+def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = False,
+           tried: bool = False) -> Lowered | None:
     """Lower ``spec`` (see :func:`lower`).
 
     ``ttgt``: TTGT in place of unpriced GEMMs on views; ``flip``: a TTGT's GEMMs in the other
-    orientation (``None`` where it runs no TTGT).
+    orientation; ``tried``: a TTGT packed in blocks within an alternative's limits (see
+    THIN_BATCH_TRIED_BYTES). ``None`` where these ask for a TTGT and it runs none.
     """
     dt = _uniform(spec)
     if dt is None:
@@ -2045,8 +2077,8 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         kind = Step.TTGT
         if flip and one_gemv is not None:
             return None
-        runs = one_gemv if one_gemv is not None else _ttgt_runs(spec, out, item,
-                                                                 priced=not ttgt, flip=flip)
+        runs = one_gemv if one_gemv is not None else _ttgt_runs(
+            spec, out, item, priced=not ttgt, flip=flip, tried=tried)
         if runs is None:
             return None
         gemm_step, pack = runs
@@ -2073,7 +2105,7 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         stream, kind, gemm_step = candidate, Step.STREAM, None
     else:
         return None
-    if (ttgt or flip) and kind is not Step.TTGT:
+    if (ttgt or flip or tried) and kind is not Step.TTGT:
         return None
     if stream is not None:
         description = (f"compiled: stream through {'B' if stream.swap else 'A'} "
