@@ -690,3 +690,22 @@ def test_a_batch_stores_its_whole_t_and_tries_it_block_by_block(
     run(2.0, a, b, -3.0, c, d)
     want = 2.0 * np.einsum(equation, a, b, optimize=True) - 3.0 * c
     np.testing.assert_array_equal(d, want)
+
+
+@compiled_only
+def test_gemvs_re_reading_their_matrices_give_way_to_a_ttgt_packed_in_blocks() -> None:
+    """``npldzt,dztjhp->jplnh`` (F64): 17280 GEMVs on views, A's 82 MB read as 432 matrices,
+    40 times each; a TTGT packing all of A exceeds TTGT_MAX_BYTES, so A is packed in blocks
+    (within the limits of an alternative), each block's GEMMs stored while in cache. With C,
+    against numpy.einsum on exact integers."""
+    from pytapp.analysis import program as lowering
+
+    equation = "npldzt,dztjhp->jplnh"
+    ext = {"p": 24, "n": 20, "l": 18, "h": 4, "j": 10, "z": 9, "t": 11, "d": 12}
+    shapes = tuple(tuple(ext[x] for x in labels) for labels in ("npldzt", "dztjhp"))
+    a, b, d = _operands(equation, shapes, np.float64, 121)
+    c = _ints(d.shape, np.float64, 123)
+    _run_checked(equation, a, b, c, d, "in blocks of")
+    pack = lowering.lower(_product(a, "npldzt", b, "dztjhp", d, "jplnh").spec).pack
+    assert pack.bytes_a + pack.bytes_b > lowering.TTGT_MAX_BYTES
+    assert pack.blocked == 0 and pack.scratch_bytes(1) <= lowering.TTGT_MAX_BYTES

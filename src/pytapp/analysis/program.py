@@ -1451,6 +1451,21 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: boo
     return step, pack
 
 
+def _gemv_ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int
+                    ) -> tuple[GemmStep, PackStep] | None:
+    """Return the TTGT GEMVs on views are priced against (:func:`_ttgt_cheaper`), or ``None``.
+
+    :func:`_ttgt_runs`' TTGT, or where its scratch exceeds TTGT_MAX_BYTES, the same packed in
+    blocks within the limits of an alternative (thin sides up to THIN_MAX, see
+    THIN_SCRATCH_MAX): each GEMV on views reads its whole matrix, which the GEMVs of one batch
+    read again for each index of their vector's other free labels, where a block's GEMM reads
+    it once for the block (``npldzt,dztjhp->jplnh``, F64: 17280 GEMVs of 20 x 1188, A's 82
+    MB read as 432 matrices 40 times each; TTGT packs all of A, beyond the scratch bound:
+    130 -> 18 ms, numpy.einsum 65 ms; the only product of seeds 0-11999 this changes).
+    """
+    return _ttgt_runs(spec, out, item) or _ttgt_runs(spec, out, item, tried=True)
+
+
 def _slabs(spec: ContractionSpec, step: GemmStep, pack: PackStep, item: int
            ) -> GemmStep | None:
     """Return one large GEMM writing D itself as a batch of slabs of its rows, or ``None``.
@@ -1536,7 +1551,7 @@ def _ttgt_cheaper(spec: ContractionSpec, g: ViewGemm, out: Sequence[Label], item
     if spec.flops > VIEWS_TO_TTGT_MAX_FLOPS:
         if min(g.m, g.n) > 1:
             return False
-        runs = _ttgt_runs(spec, out, item)
+        runs = _gemv_ttgt_runs(spec, out, item)
         if runs is None and _gemm_flops(spec) > TTGT_MAX_FLOPS:
             runs = _ttgt(spec, out, item)  # what the backend's plan runs at this size
         if runs is None:
@@ -2022,6 +2037,7 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         if moved is not None:
             nest, rows = moved, True
     one_gemv: tuple[GemmStep, PackStep] | None = None
+    gemvs = False
     if chosen is None and gemm and not gemv_like:
         chosen = _choose_gemm(spec, item)
         if ttgt and flip:  # one GEMM on views, the other way round into T (see _flipped)
@@ -2038,6 +2054,8 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         if chosen is not None and (
                 one_gemv is not None or _ttgt_cheaper(spec, chosen[0], out, item)
                 or (rows and chosen[0].m * chosen[0].n == 1)):  # dots that stride: by rows
+            # GEMVs on views priced above a TTGT packed in blocks (see _gemv_ttgt_runs)
+            gemvs = one_gemv is None and min(chosen[0].m, chosen[0].n) == 1
             chosen = None
     # rows that stream beat GEMMs with a side of a few elements, whatever the size
     by_rows = (not ttgt and rows and gemm and not gemv_like and madds > LOOP_MAX_MADDS
@@ -2077,7 +2095,8 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         kind = Step.TTGT
         if flip and one_gemv is not None:
             return None
-        runs = one_gemv if one_gemv is not None else _ttgt_runs(
+        runs = one_gemv if one_gemv is not None else _gemv_ttgt_runs(
+            spec, out, item) if gemvs else _ttgt_runs(
             spec, out, item, priced=not ttgt, flip=flip, tried=tried)
         if runs is None:
             return None
