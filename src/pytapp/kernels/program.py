@@ -156,6 +156,32 @@ def convert_copy(dst: np.ndarray, x: Any, c: np.ndarray | None = None, alpha: fl
     return done
 
 
+def low_sum(out: np.ndarray, x: np.ndarray, axes: tuple[int, ...]) -> bool:
+    """``out[...] = x.sum(axis=axes, keepdims=True)`` in F32, for F16, BF16 or F32 ``x``.
+
+    One pass over ``x``, each run converted as it is read (rows of ``out`` added to where
+    ``x`` runs along a kept axis, dots where it runs along a summed one): NumPy sums
+    ml_dtypes' BFloat16 through a cast per number, 14.3 ms for a 24.6 MB operand summed over
+    its innermost axis of 27 on one thread. ``out`` is F32, of ``x``'s shape with the summed
+    axes of extent 1, any strides. F32 sums in running order (eight interleaved sums along a
+    summed innermost axis). Returns ``False``, having written nothing, where that does not
+    hold, where F16 is involved and the CPU lacks F16C, or the extension is not built.
+
+    Examples
+    --------
+    >>> x = np.arange(24, dtype=np.float16).reshape(2, 3, 4)
+    >>> out = np.empty((2, 1, 4), np.float32)
+    >>> if low_sum(out, x, (1,)):
+    ...     assert np.array_equal(out, x.astype(np.float32).sum(axis=1, keepdims=True))
+    """
+    if _cexec is None or type(x) is not np.ndarray or type(out) is not np.ndarray:
+        return False
+    if np.may_share_memory(out, x):
+        return False
+    done: bool = _cexec.low_sum(out, x, tuple(int(i) for i in axes))
+    return done
+
+
 #: What BF16 GEMMs run on, by ``_cexec.amx_ready``'s number.
 _BF16_UNITS = ("", "avx512_bf16", "amx")
 
