@@ -212,6 +212,37 @@ def test_auto_prices_low_precision_into_f32_at_torchs_f32_rate(
     assert plan.algorithm.startswith("auto -> blas"), plan.algorithm
 
 
+def test_auto_prices_torchs_conversion_of_what_blas_sums_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """BF16 A with an isolated label, and C: torch converts all of A to F32 (about a
+    nanosecond a number, TORCH_CONVERT_SECONDS) then sums it; blas sums A straight from BF16
+    and converts the sums. At equal F32 rates blas is the cheaper, and computes it exactly."""
+    if not backends.available()["torch"][0]:
+        pytest.skip("torch not installed")
+    import torch  # noqa: F401  (imported: its import cost is not what decides here)
+
+    from pytapp.backends import auto
+    from pytapp.machine import Machine
+
+    rates = {"numpy": {"f32": 1e11}, "torch": {"bf16": 1e10, "f32": 1e11}}
+    monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e10, rates, rates))
+    monkeypatch.setenv("PYTAPP_WISDOM", "off")
+    pytapp.wisdom.forget()
+    bf16 = Datatype.BF16.numpy_dtype
+    rng = np.random.default_rng(4)
+    a = rng.integers(-4, 5, (96, 64, 48)).astype(bf16)
+    b, c = rng.integers(-4, 5, (64, 80)).astype(bf16), rng.integers(-4, 5, (96, 80)).astype(bf16)
+    d = np.full((96, 80), np.nan, bf16)
+    info = TensorInfo.from_array
+    plan = TensorProduct(Handle("auto"), info(a), "ikx", info(b), "kj", info(c), "ij",
+                         info(d), "ij")
+    assert plan.algorithm.startswith("auto -> blas"), plan.explain()
+    plan.execute(0.5, a, b, -2.0, c, d)
+    wide = np.float64
+    want = 0.5 * np.einsum("ikx,kj->ij", a.astype(wide), b.astype(wide)) - 2.0 * c.astype(wide)
+    np.testing.assert_array_equal(d.astype(wide), want.astype(bf16).astype(wide))
+
+
 def test_tblis_conjugation_with_beta() -> None:
     """Regression: TBLIS mishandles conjugation flags with beta != 0 (extent-1 modes)."""
     if not backends.available()["tblis"][0]:

@@ -100,6 +100,10 @@ OVERHEADS_MATTER_BELOW = 1e-3
 OTHER_POOL_MARGIN = 2.0
 #: Seconds NumPy/ml_dtypes take to convert one F16/BF16 element to F32.
 CONVERT_SECONDS = 1e-9
+#: Seconds torch's ``Tensor.to`` takes to convert one F16/BF16 element to F32 (one thread:
+#: 13 ms for the 12.3M of a BF16 operand, where the copy bandwidth alone, 2 bytes read and 4
+#: written, had priced 3.5 ms and sent such products to torch at 0.3-0.5x blas's speed).
+TORCH_CONVERT_SECONDS = 1e-9
 #: Round-robin rounds of timed runs while tuning (the best of each candidate's runs counts).
 TUNE_ROUNDS = 3
 _LOW = frozenset({Datatype.F16, Datatype.BF16})
@@ -187,6 +191,14 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
     low = spec.a.datatype in _LOW and spec.b.datatype in _LOW
     # NumPy converts F16/BF16 element by element (ml_dtypes): about a nanosecond each.
     converted = sum(op.size for op in spec.operands if op.datatype in _LOW)
+    # ... where blas sums an operand's isolated labels first, straight from F16/BF16 (one pass
+    # reading it), and converts the sums; torch converts it whole, then sums in F32
+    cls = spec.classes
+    isolated = [(op, spec.size(iso)) for op, iso in ((spec.a, cls.IA), (spec.b, cls.IB))
+                if op.datatype in _LOW and spec.size(iso) > 1]
+    blas_converted = converted - sum(op.size - op.size // kept for op, kept in isolated)
+    summed_low = sum(2 * op.size for op, _ in isolated) / machine.bandwidth
+    summed_f32 = sum(4 * op.size for op, _ in isolated) / machine.bandwidth
     for name in capable:
         if name == "blas":
             route = p.route
@@ -206,14 +218,14 @@ def predictions(spec: ContractionSpec, capable: list[str], profile: PlanProfile 
                 out[name] = ttgt_seconds(m, n, k, h, copies, stored, model("numpy", dt), cplx)
             else:
                 out[name] = 2 * touched / machine.bandwidth
-            out[name] += converted * CONVERT_SECONDS
+            out[name] += blas_converted * CONVERT_SECONDS + summed_low
         elif name == "torch":
             in_low = native and spec.native_low is not None
             rate_dt = spec.a.datatype.short_name if in_low else dt
             out[name] = (ttgt_seconds(m, n, k, h, copies, stored, model("torch", rate_dt), cplx)
                          if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
-            if low and not in_low:  # converted to F32 by torch: 2 bytes read, 4 written each
-                out[name] += 6 * converted / machine.bandwidth
+            if low and not in_low:  # converted to F32 by torch (Tensor.to)
+                out[name] += converted * TORCH_CONVERT_SECONDS + summed_f32
         elif name == "tblis":
             out[name] = (h * gemm_seconds(m, n, k, model("numpy", dt), cplx)
                          if p.kind is Kind.GEMM else 2 * touched / machine.bandwidth)
