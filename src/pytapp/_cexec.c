@@ -3202,7 +3202,7 @@ static PyObject *convert_copy(PyObject *self, PyObject *args) {
 /* low_sum's loop nest: x's axes of extent 2 or more, x's and out's byte strides (out's 0 along
  * the summed axes), the innermost last. */
 typedef struct {
-    int nd, nsum, kx; /* axes; the last nsum of the outer ones are summed; x's kind (CVT_*) */
+    int nd, kx; /* axes (the kept ones, then the summed ones, then the innermost); x's kind */
     npy_intp ext[MAXL], sx[MAXL], so[MAXL];
 } LowSum;
 
@@ -3360,11 +3360,9 @@ static PyObject *low_sum(PyObject *self, PyObject *args) {
     g.ext[g.nd] = in_ext;
     g.sx[g.nd] = inner < 0 ? 0 : PyArray_STRIDE(x, inner);
     g.so[g.nd] = inner < 0 || summed[inner] ? 0 : PyArray_STRIDE(out, inner);
-    if (inner >= 0 && summed[inner]) g.so[g.nd] = 0;
     ++g.nd;
-    g.nsum = ns;
-    /* a summed innermost axis with its out stride 0 marks the dots; a kept one whose out
-     * stride is 0 (out of extent 1 there cannot happen: extents match) */
+    /* out's stride 0 marks a summed innermost axis: a kept one must not have it (an out that
+     * repeats its numbers along that axis) */
     if (inner >= 0 && !summed[inner] && g.so[g.nd - 1] == 0) Py_RETURN_FALSE;
     const char *px = PyArray_BYTES(x);
     char *po = PyArray_BYTES(out);
