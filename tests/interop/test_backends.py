@@ -156,21 +156,26 @@ def test_auto_records_choice_and_autotunes(tmp_path: Path, monkeypatch: pytest.M
     assert again.algorithm.startswith(f"auto -> {chosen}")
 
 
-@pytest.mark.parametrize("native_faster", [True, False])
-def test_auto_low_precision_follows_measured_rates(native_faster: bool,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def _model_machine(monkeypatch: pytest.MonkeyPatch, rates: dict[str, dict[str, float]]) -> None:
+    """auto's cost model on a machine of these GEMM rates and 10 GB/s; torch imported (its
+    import cost is not what decides here), no wisdom file. Skips without torch."""
     if not backends.available()["torch"][0]:
         pytest.skip("torch not installed")
-    import torch  # noqa: F401  (imported: its import cost is not what decides here)
+    import torch  # noqa: F401
 
     from pytapp.backends import auto
     from pytapp.machine import Machine
 
-    rates = {"numpy": {"f32": 1e11}, "torch": {"bf16": 4e11 if native_faster else 2e10,
-                                               "f32": 1e11}}
     monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e10, rates, rates))
     monkeypatch.setenv("PYTAPP_WISDOM", "off")
     pytapp.wisdom.forget()
+
+
+@pytest.mark.parametrize("native_faster", [True, False])
+def test_auto_low_precision_follows_measured_rates(native_faster: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    torch_rates = {"bf16": 4e11 if native_faster else 2e10, "f32": 1e11}
+    _model_machine(monkeypatch, {"numpy": {"f32": 1e11}, "torch": torch_rates})
     # Large enough that the rates decide, not each backend's per-call cost.
     n = 512
     info = TensorInfo(Datatype.BF16, (n, n))
@@ -195,17 +200,7 @@ def test_auto_low_precision_follows_measured_rates(native_faster: bool,
 def test_auto_prices_low_precision_into_f32_at_torchs_f32_rate(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """BF16 inputs with an F32 D: torch converts them and multiplies in F32 (no native GEMM)."""
-    if not backends.available()["torch"][0]:
-        pytest.skip("torch not installed")
-    import torch  # noqa: F401  (imported: its import cost is not what decides here)
-
-    from pytapp.backends import auto
-    from pytapp.machine import Machine
-
-    rates = {"numpy": {"f32": 1e11}, "torch": {"bf16": 1e13, "f32": 1e11}}
-    monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e10, rates, rates))
-    monkeypatch.setenv("PYTAPP_WISDOM", "off")
-    pytapp.wisdom.forget()
+    _model_machine(monkeypatch, {"numpy": {"f32": 1e11}, "torch": {"bf16": 1e13, "f32": 1e11}})
     info = TensorInfo(Datatype.BF16, (512, 512))
     plan = TensorProduct(Handle("auto"), info, "ik", info, "kj", None, None,
                          TensorInfo(Datatype.F32, (512, 512)), "ij")
@@ -217,17 +212,7 @@ def test_auto_prices_torchs_conversion_of_what_blas_sums_first(
     """BF16 A with an isolated label, and C: torch converts all of A to F32 (about a
     nanosecond a number, TORCH_CONVERT_SECONDS) then sums it; blas sums A straight from BF16
     and converts the sums. At equal F32 rates blas is the cheaper, and computes it exactly."""
-    if not backends.available()["torch"][0]:
-        pytest.skip("torch not installed")
-    import torch  # noqa: F401  (imported: its import cost is not what decides here)
-
-    from pytapp.backends import auto
-    from pytapp.machine import Machine
-
-    rates = {"numpy": {"f32": 1e11}, "torch": {"bf16": 1e10, "f32": 1e11}}
-    monkeypatch.setattr(auto, "machine_constants", lambda: Machine("test", 1e10, rates, rates))
-    monkeypatch.setenv("PYTAPP_WISDOM", "off")
-    pytapp.wisdom.forget()
+    _model_machine(monkeypatch, {"numpy": {"f32": 1e11}, "torch": {"bf16": 1e10, "f32": 1e11}})
     bf16 = Datatype.BF16.numpy_dtype
     rng = np.random.default_rng(4)
     a = rng.integers(-4, 5, (96, 64, 48)).astype(bf16)
