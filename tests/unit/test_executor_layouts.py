@@ -667,6 +667,10 @@ def test_a_batch_of_thin_gemms_with_a_few_mib_of_t_stores_each_block_while_in_ca
     # T of 3.5 MB: below THIN_BATCH_MIN_BYTES, at least THIN_BATCH_TRIED_BYTES
     ("mzver,mxlzeq->rxleqv", {"e": 8, "v": 8, "r": 12, "x": 9, "q": 9, "l": 7, "m": 14,
                               "z": 22}, np.float64, 1),
+    # T of 1.1 MB into a D a 34th of the operands: the TTGT the other way round exists too
+    # (_flipped); the blocked one is what the plan tries
+    ("btqy,bcyqs->cyst", {"y": 16, "t": 22, "c": 15, "s": 50, "q": 44, "b": 19}, np.float32,
+     1),
 ])
 def test_a_batch_stores_its_whole_t_and_tries_it_block_by_block(
         equation: str, ext: dict[str, int], dtype: type, blocked: int) -> None:
@@ -686,6 +690,7 @@ def test_a_batch_stores_its_whole_t_and_tries_it_block_by_block(
     first, alt = lowering.lower(spec), lowering.alternative(spec)
     assert first.kind is lowering.Step.TTGT and first.pack.blocked < 0
     assert alt is not None and alt.pack.blocked == blocked and alt.pack.block_store >= 0
+    assert alt.gemm == first.gemm  # the same GEMMs, the same orientation
     run = compile_alternative(spec, Status())
     run(2.0, a, b, -3.0, c, d)
     want = 2.0 * np.einsum(equation, a, b, optimize=True) - 3.0 * c
