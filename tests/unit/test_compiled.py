@@ -629,6 +629,30 @@ def test_gemvs_on_views_across_lines_give_way_to_one_gemv_where_the_matrix_lies(
     assert all(r.startswith("compiled: ttgt") and "(packs B;" in r for r in routes[:3]), routes
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_gemvs_on_views_that_stream_give_way_to_one_gemv_unless_its_columns_are_short(
+        dt: Datatype) -> None:
+    """``iabj,jb->ia``: GEMVs on views looped over b read A in runs of j (they stream), but A
+    lies as one matrix of rows (i, a) over (b, j): B packed, one GEMV reads A along its summed
+    labels; D right under each variant. ``ohpb,pho->b`` has one too, reading A in runs of its
+    12 outputs (b innermost): it stays off that GEMV unless the bound is lifted."""
+    ext = {"i": 8, "a": 16, "b": 32, "j": 12}
+    cases = [("none", "----", {}), ("own", "----", {"C": "neg"}),
+             ("d", "--c-", {"D": "sub_mixed"})]
+    low = _contiguous_lowering(dt, ("iabj", "jb", "ia"), ext)
+    assert low is not None and low.kind is lowering.Step.TTGT, low
+    routes = _variants(dt, ("iabj", "jb", "ia"), ext, cases)  # (D mixed: other routes)
+    assert all(r.startswith("compiled: ttgt") and "(packs B;" in r for r in routes[:2]), routes
+    short = ("ohpb", "pho", "b")
+    ext = {"o": 8, "h": 4, "p": 128, "b": 12}
+    low = _contiguous_lowering(dt, short, ext)
+    assert low is None or low.kind is not lowering.Step.TTGT, low
+    with _lowering(GEMV_COLUMN_MIN_BYTES=0):
+        low = _contiguous_lowering(dt, short, ext)
+        assert low is not None and low.kind is lowering.Step.TTGT, low
+    _variants(dt, short, ext, cases)
+
+
 def _contiguous_lowering(dt: Datatype, shape: tuple[str, str, str],
                          ext: dict[str, int]) -> lowering.Lowered | None:
     """The lowering of ``shape`` over contiguous operands of ``ext``, C its own."""

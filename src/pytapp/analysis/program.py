@@ -176,6 +176,15 @@ TTGT_FLIP_D_SHARE = 32
 #: 632 bytes or more or matrices whose rows follow one another, ran 0.76-1.27x as fast that way.
 #: On 28 products of seeds 3000-12000 not used to choose it: 0.90-3.06x, geometric mean 1.6x.
 GEMV_SCATTER_RUN = 512
+#: A GEMV-like product whose GEMVs on views stream their matrix runs as one GEMV over the
+#: matrix where it lies (its vector packed, :func:`_gemv_in_place`) unless that GEMV reads the
+#: matrix in runs of all its outputs shorter than this (``ohpb,pho->b``, F32: 41 outputs of
+#: 222264 terms, b innermost; BLAS's GEMV 2.1 ms where the 2744 GEMVs on views take 1.2). On 30
+#: of the 169 products of seeds 0-11999 whose views streamed (2-core Xeon, blas's plan with C,
+#: in-process A/B, 7 interleaved rounds): matrices read along their summed labels 1.09-1.94x
+#: (15 of 15), along runs of outputs of 672 bytes or more 1.17-3.74x (``zknsoe,nzk->eos``,
+#: F64, 6762 GEMVs of 9 x 144: 5.4 -> 1.45 ms), of 164-496 bytes 0.57-0.85x (four).
+GEMV_COLUMN_MIN_BYTES = 512
 TTGT_STORE_MAX_BYTES = 1 << 24
 #: A batch of thin GEMMs (a side of at most THIN_MAX) whose T would hold THIN_BATCH_MIN_BYTES
 #: or more is packed in blocks, each block's part of T stored into D while in cache (see
@@ -1363,13 +1372,31 @@ def _gemv_in_place(spec: ContractionSpec, out: Sequence[Label], item: int
     products have such GEMVs on views: five lie so, 1.05-40x the backend's plan
     (``fusp,pus->f``, F32, 2125 dots of 5700 terms 25 apart: 40.9 -> 1.0 ms; ``gkpy,ykp->g``,
     C128, 123 -> 8.6; the stream ran them 0.63-32x), the five others stream, 3.1-5.6x.
+    Where they stream, it runs too unless it would read the matrix in short runs of all its
+    outputs (:data:`GEMV_COLUMN_MIN_BYTES`): 48 GEMVs on views of 576 x 12 summed after,
+    ``iabj,jb->ia`` (F64, o=12, v=48), 0.17 ms, one GEMV 0.10.
     """
-    if reducing_view_gemm(spec) is None or _views_stream(spec):
+    if reducing_view_gemm(spec) is None:
         return None
     runs = _ttgt_runs(spec, out, item, gemv=True)
     if runs is None or (runs[1].bytes_a if spec.a.size >= spec.b.size else runs[1].bytes_b):
         return None
+    if _views_stream(spec) and _short_columns(runs[0], item):
+        return None
     return runs
+
+
+def _short_columns(step: GemmStep, item: int) -> bool:
+    """Whether one GEMV reads its matrix in runs of all its outputs, shorter than a bound.
+
+    Such a matrix holds each summed element's outputs side by side: BLAS's GEMV adds
+    :data:`GEMV_COLUMN_MIN_BYTES` or less per pass over them (see there).
+    """
+    if step.m == 1:  # D (1 x n) = L (1 x k) op(R): R's rows hold the outputs unless transposed
+        inner, outputs = step.trans_right == NO_TRANS, step.n
+    else:  # D (m x 1) = op(L) R: L's columns hold them where it is read transposed
+        inner, outputs = step.trans_left != NO_TRANS, step.m
+    return inner and outputs * item < GEMV_COLUMN_MIN_BYTES
 
 
 def _stream_spread(order: Sequence[Label], shared: list[Label], m_st: dict[Label, int],
