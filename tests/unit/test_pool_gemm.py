@@ -237,7 +237,7 @@ def test_summed_gemm_declines_what_it_does_not_cover(case: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("equation", ["kbcd,kd->bc", "kacb,kc->ab", "iabj,jb->ia",
+@pytest.mark.parametrize("equation", ["kbcd,kd->bc", "kacb,kc->ab", "ibja,jb->ia",
                                       "akic,kc->ia"])
 def test_summed_products_through_blas(dtype: type, equation: str,
                                       caplog: pytest.LogCaptureFixture) -> None:
