@@ -653,6 +653,27 @@ def test_gemvs_on_views_that_stream_give_way_to_one_gemv_unless_its_columns_are_
     _variants(dt, short, ext, cases)
 
 
+@pytest.mark.parametrize("dt", NATIVE, ids=lambda d: d.name)
+def test_ttgt_reads_an_operand_in_place_gemm_by_gemm(dt: Datatype) -> None:
+    """``mbij,jbin->bmn``: A holds each GEMM's matrix (m x ij) with b between its rows and
+    columns (rows b*i*j apart, GEMMs i*j apart), as BLAS reads it: only B is packed (its i, j
+    do not run as A's), where A was packed too; D right under each variant: C, D laid out
+    otherwise, A's rows padded (sub) or reversed (sub_neg: packed then), conjugations."""
+    shape, ext = ("mbij", "jbin", "bmn"), {"m": 30, "b": 5, "i": 4, "j": 3, "n": 7}
+    low = _contiguous_lowering(dt, shape, ext)
+    assert low is not None and low.pack is not None and low.pack.strided, low
+    assert low.pack.bytes_a == 0 and low.pack.bytes_b > 0, low.pack
+    with _lowering(IN_PLACE_ANY=False):
+        old = _contiguous_lowering(dt, shape, ext)
+        assert old is not None and old.pack is not None and old.pack.bytes_a > 0, old
+    cases = [("none", "----", {}), ("own", "----", {"C": "neg"}), ("d", "--c-", {"D": "sub_mixed"}),
+             ("own", "----", {"A": "sub"}), ("nan", "c---", {"A": "sub_neg"}),
+             ("none", "-c-c", {"B": "perm"})]
+    routes = _variants(dt, shape, ext, cases)  # (B permuted: GEMMs on views where it lies so)
+    assert all(r.startswith("compiled: ttgt") for r in routes[:5]), routes
+    assert "packs B;" in routes[0] and "packs B;" in routes[3], routes
+
+
 def _contiguous_lowering(dt: Datatype, shape: tuple[str, str, str],
                          ext: dict[str, int]) -> lowering.Lowered | None:
     """The lowering of ``shape`` over contiguous operands of ``ext``, C its own."""

@@ -185,6 +185,19 @@ GEMV_SCATTER_RUN = 512
 #: (15 of 15), along runs of outputs of 672 bytes or more 1.17-3.74x (``zknsoe,nzk->eos``,
 #: F64, 6762 GEMVs of 9 x 144: 5.4 -> 1.45 ms), of 164-496 bytes 0.57-0.85x (four).
 GEMV_COLUMN_MIN_BYTES = 512
+#: TTGT's GEMMs (not GEMVs) read an operand in place wherever BLAS can, GEMM by GEMM: its
+#: batch labels at any stride, its rows at least a row apart (:func:`_blas_reads`), not only
+#: where it lies as its packed copy would. On 30 of the 207 products of seeds 0-5999 whose
+#: lowering this changes (2-core Xeon, blas's plan with C, in-process A/B, 7 interleaved
+#: rounds), 1.23x in geometric mean, 0.71-3.3x: the thick operand of a batch of thin GEMMs
+#: read in place of being packed in blocks, ``flk,lks->fsk`` (F32, 874 GEMMs of 49 x 57 x 215)
+#: 79 -> 24 ms, ``lbqa,koqab->kqol`` 15.2 -> 7.0; packing nothing, a batch still runs here
+#: (``xab,abu->xua``: its GEMMs on views are GEMVs). Losers: ``zsanhg,nhaxg->szxa`` (A read
+#: in rows 404 KB apart, 0.71x), two below 0.95. On 30 of the 224 of seeds 6000-11999 (drawn
+#: after the rule was set, GEMVs then included): 1.09x, 0.67-2.7x, the two worst batches of
+#: GEMVs (``ujdrq,uj->qdjr`` 0.67x, ``bdst,st->bsd`` 0.70x, two more within 0.95-1.07):
+#: GEMVs keep their packs.
+IN_PLACE_ANY = True
 TTGT_STORE_MAX_BYTES = 1 << 24
 #: A batch of thin GEMMs (a side of at most THIN_MAX) whose T would hold THIN_BATCH_MIN_BYTES
 #: or more is packed in blocks, each block's part of T stored into D while in cache (see
@@ -487,6 +500,9 @@ class PackStep:
     #: ``block_bytes`` for all of them; T's box ``bytes_t`` for all, ``t_strides`` over the
     #: batch's labels included); 1 otherwise.
     block_gemms: int = 1
+    #: Whether an operand is read in place GEMM by GEMM where it does not lie as its pack
+    #: would (:func:`_blas_reads`; ``bytes_a`` or ``bytes_b`` 0 then too).
+    strided: bool = False
 
     def scratch_bytes(self, workers: int) -> int:
         """Bytes of scratch one run allocates at most with ``workers`` threads (T included)."""
@@ -767,6 +783,33 @@ def _nest(op: OperandSpec, kept: Sequence[Label], summed: Sequence[Label], spec:
     return (len(kept), ext, src), not in_place
 
 
+def _blas_reads(op: OperandSpec, nest: tuple[int, tuple[int, ...], tuple[int, ...]],
+                batch: int, outer: int, item: int) -> tuple[int, int] | None:
+    """Return (batch byte stride, leading dimension) where BLAS reads a nest's operand in place.
+
+    ``nest`` (:func:`_nest`) runs over the GEMMs' batch labels (its first ``batch``), the
+    matrix's outer labels (the next ``outer``), then its inner ones. BLAS reads each matrix
+    where it lies when its inner labels run as one with unit stride and its outer ones as one,
+    at least a row of them apart; the batch labels as one, any stride (0: the same matrix for
+    each GEMM). ``None`` otherwise, or where the nest sums labels or conjugates: it is packed.
+    (:func:`_nest` reads in place only an operand that lies as the packed one would.)
+    """
+    kept, ext, src = nest
+    if kept != len(ext) or op.conjugates:
+        return None
+    fused = []
+    for lo, hi in ((0, batch), (batch, batch + outer), (batch + outer, kept)):
+        moving = [(e, s) for e, s in zip(ext[lo:hi], src[lo:hi], strict=True) if e > 1]
+        if any(s != s2 * e2 for (_, s), (e2, s2) in itertools.pairwise(moving)):
+            return None
+        fused.append((moving[-1][1] if moving else 0, prod(e for e, _ in moving)))
+    (b_st, _), (o_st, o_ext), (i_st, i_ext) = fused
+    if b_st < 0 or (i_ext > 1 and i_st != item) or (o_ext > 1 and (
+            o_st % item or o_st < max(i_ext, 1) * item)):
+        return None
+    return b_st, (o_st // item if o_ext > 1 else max(i_ext, 1))
+
+
 def _gemm_sized(spec: ContractionSpec, gemv: bool = False) -> bool:
     """Whether TTGT's GEMMs are worth their packing and calls.
 
@@ -856,6 +899,12 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
     nest_l, pack_l = _nest(left, [*h, *p, *lfree] if l_t else [*h, *lfree, *p], liso, spec, item)
     nest_r, pack_r = _nest(right, [*h, *rfree, *p] if r_t else [*h, *p, *rfree], riso, spec,
                            item)
+    # an operand BLAS reads where it lies, GEMM by GEMM, is not packed (see IN_PLACE_ANY)
+    in_place = IN_PLACE_ANY and min(rows, cols) > 1
+    l_reads = _blas_reads(left, nest_l, len(h), len(p) if l_t else len(lfree), item) \
+        if pack_l and in_place else None
+    r_reads = _blas_reads(right, nest_r, len(h), len(rfree) if r_t else len(p), item) \
+        if pack_r and in_place else None
     # a thin GEMM whose thick operand must be packed: packed in blocks of its outermost free
     # label, each multiplied while in cache, in the pack's own label order (labels of extent 1,
     # batch labels included, go last)
@@ -869,6 +918,7 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
     # only in blocks of THIN_BATCH_BLOCK_MAX at most, unless tried
     capped = hh > 1 and t_bytes < TTGT_STORE_MAX_BYTES and not over and not tried
     side = _thin_side(hh, rows, cols, k, item, scratch, tried)
+    pack_l, pack_r = pack_l and l_reads is None, pack_r and r_reads is None
     blocks: tuple[int, int, int] | None = None
     axis = 0  # the blocked label's place in the nest: after the summed ones where they lead
     # (a batch: each block of each GEMM of it, the batch labels out of the blocked nest; where
@@ -981,29 +1031,33 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
             blocks, lead, boxed = (box[0], box[1], box[2] * inner), in_d[:cut], True
             within = [*h] if inner > 1 else []  # (the batch's labels first in each box)
             if side == 0:
-                lfree, axis = in_d, len(within) + (len(p) if l_t else 0)
+                lfree, axis, l_reads = in_d, len(within) + (len(p) if l_t else 0), None
                 nest_l, pack_l = _nest(left, [*within, *p, *lfree[cut:], *per_gemm] if l_t else
                                        [*within, *lfree[cut:], *p, *per_gemm], liso, spec, item)
             else:
-                rfree, axis = in_d, len(within) + (0 if r_t else len(p))
+                rfree, axis, r_reads = in_d, len(within) + (0 if r_t else len(p)), None
                 nest_r, pack_r = _nest(right, [*within, *rfree[cut:], *p, *per_gemm] if r_t
                                        else [*within, *p, *rfree[cut:], *per_gemm], riso, spec,
                                        item)
     (nest_a, pack_a), (nest_b, pack_b) = (
         ((nest_r, pack_r), (nest_l, pack_l)) if swap else ((nest_l, pack_l), (nest_r, pack_r)))
     t_contig, d_direct = t_layout(lfree, rfree)
+    a_reads, b_reads = (r_reads, l_reads) if swap else (l_reads, r_reads)
     gemm = GemmStep(
-        batch_extents=(hh,) if hh > 1 else (), batch_a=(m * k * item,) if hh > 1 else (),
-        batch_b=(k * n * item,) if hh > 1 else (), batch_d=(m * n * item,) if hh > 1 else (),
+        batch_extents=(hh,) if hh > 1 else (),
+        batch_a=(m * k * item if a_reads is None else a_reads[0],) if hh > 1 else (),
+        batch_b=(k * n * item if b_reads is None else b_reads[0],) if hh > 1 else (),
+        batch_d=(m * n * item,) if hh > 1 else (),
         swap=swap, trans_left=TRANS if l_t else NO_TRANS,
         trans_right=TRANS if r_t else NO_TRANS, m=rows, n=cols, k=k,
-        ld_left=max(rows if l_t else k, 1), ld_right=max(k if r_t else cols, 1),
+        ld_left=max(rows if l_t else k, 1) if l_reads is None else l_reads[1],
+        ld_right=max(k if r_t else cols, 1) if r_reads is None else r_reads[1],
         ld_d=max(cols, 1))
     t_strides = tuple(t_contig.get(x, 0) for x in out)
     pack = PackStep(nest_a=nest_a, nest_b=nest_b, t_strides=t_strides,
                     bytes_a=hh * m * k * item if pack_a else 0,
                     bytes_b=hh * k * n * item if pack_b else 0, bytes_t=hh * m * n * item,
-                    d_direct=d_direct)
+                    d_direct=d_direct, strided=l_reads is not None or r_reads is not None)
     if blocks is not None:  # the thick side is A unless B is that side of the GEMM
         pack = replace(pack, blocked=int((side == 0) == swap), block=blocks[0],
                        block_unit=blocks[1], block_bytes=blocks[2], block_axis=axis)
@@ -1020,8 +1074,11 @@ def _ttgt(spec: ContractionSpec, out: Sequence[Label], item: int, flip: bool = F
                 t_block |= dict(zip(h, _contiguous([ext(x) for x in h], one), strict=True))
             thick = left if side == 0 else right
             by_label = dict(zip(thick.modes.labels, thick.modes.strides, strict=True))
-            # the other operand per GEMM of a batch: packed, or lying, as [H]...
-            other = _contiguous([ext(x) for x in h], k * (cols if side == 0 else rows) * item)
+            # the other operand per GEMM of a batch: packed as [H]..., or where it lies
+            o_op, o_reads = (right, r_reads) if side == 0 else (left, l_reads)
+            o_st = dict(zip(o_op.modes.labels, o_op.modes.strides, strict=True))
+            other = _contiguous([ext(x) for x in h], k * (cols if side == 0 else rows) * item) \
+                if o_reads is None else tuple(o_st.get(x, 0) * item for x in h)
             pack = replace(pack, t_strides=tuple(t_block.get(x, 0) for x in out),
                            bytes_t=one * inner, block_store=list(out).index(label),
                            block_gemms=inner, block_lead=tuple(
@@ -1470,7 +1527,7 @@ def _ttgt_runs(spec: ContractionSpec, out: Sequence[Label], item: int, gemv: boo
             else None
     if _ttgt_scratch(pack) > TTGT_MAX_BYTES or (
             step.batch_extents and flops > GEMM_BATCH_MAX_FLOPS
-            and not pack.bytes_a + pack.bytes_b) or (
+            and not pack.bytes_a + pack.bytes_b and not pack.strided) or (
             flops > VIEWS_TO_TTGT_MAX_FLOPS and (
                 (not gemv and priced and _views_below_ttgt(spec, step, pack))
                 or (not pack.d_direct and pack.bytes_t > TTGT_MAX_BYTES))):
