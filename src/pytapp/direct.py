@@ -12,7 +12,9 @@ a layout's first call is NumPy's own ``tensordot`` (:func:`first_tensordot`, the
 without the cost of building its :class:`MatmulPair`: in a DMRG sweep about half the layouts
 are contracted once), and the pair is built on its second.
 Only small products (:data:`DIRECT_MAX_FLOPS`) of one native datatype qualify: larger ones are
-planned at once, where planning costs nothing next to the arithmetic.
+planned at once, where planning costs nothing next to the arithmetic; so are those whose
+matmul would copy more than :data:`DIRECT_COPY_MAX` bytes of permuted operands on every call,
+where the plan reads them in place.
 
 Examples
 --------
@@ -37,8 +39,8 @@ import numpy as np
 
 from pytapp.analysis.subscripts import Equation
 
-__all__ = ["DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "DirectCalls", "MatmulPair",
-           "TensordotModes", "first_tensordot", "matmul_pair", "tensordot_pair"]
+__all__ = ["DIRECT_COPY_MAX", "DIRECT_MAX_FLOPS", "PLANNING_SECONDS", "PLAN_AFTER", "DirectCalls",
+           "MatmulPair", "TensordotModes", "first_tensordot", "matmul_pair", "tensordot_pair"]
 
 #: Most calls of one two-operand product (equation, shapes, layouts) that run as a matmul
 #: before it is planned: a plan saves a few microseconds per call and costs hundreds.
@@ -51,6 +53,9 @@ DIRECT_MAX_FLOPS = 1 << 24
 #: Longest dot product (rows and columns of one element) run as a matmul: BLAS adds a long
 #: dot into a few running sums, less accurately than numpy.einsum's pairwise sums.
 LONG_DOT = 1 << 14
+#: Most bytes of permuted operands the matmul may copy on each call: a product that would
+#: copy more is planned at once (its plan reads them where they lie).
+DIRECT_COPY_MAX = 1 << 20
 _NATIVE = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
                      np.dtype(np.complex128)})
 
@@ -124,8 +129,10 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
 
     ``None`` when the product is not plain: a label repeated within an operand, a label
     summed in one operand only, extents that differ (size-1 broadcasting), datatypes that
-    differ or are not F32, F64, C64 or C128, more than :data:`DIRECT_MAX_FLOPS` flops, or
-    dots longer than :data:`LONG_DOT`.
+    differ or are not F32, F64, C64 or C128, more than :data:`DIRECT_MAX_FLOPS` flops, dots
+    longer than :data:`LONG_DOT`, or more than :data:`DIRECT_COPY_MAX` bytes of operands to
+    copy into the matmul's order (``kacb,kc->ab`` at o=12, v=48: A's 2.6 MB, 3.3 then 1.8 ms
+    a call where the plan takes 0.7).
     Labels in both operands and the output are the batch, labels in both operands only are
     summed, the others are the rows and columns; each group in its operand's order, so the
     result is the view numpy.einsum returns (and the layout a plan writes, see
@@ -153,12 +160,23 @@ def matmul_pair(equation: Equation, a: np.ndarray, b: np.ndarray) -> MatmulPair 
     if 2 * nb * m * n * max(k, 1) > DIRECT_MAX_FLOPS or (m * n == 1 and k > LONG_DOT):
         return None  # large, or long dots (the plan adds those in blocks, pairwise)
     labels = (*batch, *rows, *cols)
+    perm_a = tuple(ta.index(x) for x in (*batch, *rows, *summed))
+    perm_b = tuple(tb.index(x) for x in (*batch, *summed, *cols))
+    if _copied(a, perm_a, (nb, m, k)) + _copied(b, perm_b, (nb, k, n)) > DIRECT_COPY_MAX:
+        return None
     return MatmulPair(
-        perm_a=tuple(ta.index(x) for x in (*batch, *rows, *summed)),
-        perm_b=tuple(tb.index(x) for x in (*batch, *summed, *cols)),
-        dims_a=(nb, m, k), dims_b=(nb, k, n),
+        perm_a=perm_a, perm_b=perm_b, dims_a=(nb, m, k), dims_b=(nb, k, n),
         shape=tuple(ea[x] if x in ea else eb[x] for x in labels),
         perm_out=tuple(labels.index(x) for x in out))
+
+
+def _copied(x: np.ndarray, perm: tuple[int, ...], dims: tuple[int, int, int]) -> int:
+    """Bytes the matmul's reshape of ``x`` (axes in ``perm``'s order) copies: 0 for a view."""
+    try:
+        np.reshape(x.transpose(perm), dims, copy=False)
+    except ValueError:
+        return x.nbytes
+    return 0
 
 
 class TensordotModes:

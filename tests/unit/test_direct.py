@@ -165,6 +165,29 @@ def test_the_flop_limit_is_inclusive() -> None:
     assert _pair("i,j->ij", np.ones(4096), np.ones(2049)) is None
 
 
+def test_products_copying_large_permuted_operands_are_left_to_the_plan(
+        counts: Counts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matmul copies an operand whose summed labels are not where the matmul reads them:
+    beyond DIRECT_COPY_MAX bytes of such copies, the product is planned at once (its plan
+    reads them in place); one that lies in the matmul's order copies nothing and runs it."""
+    monkeypatch.setattr(direct, "DIRECT_COPY_MAX", 1000)
+    a = _ints((5, 6, 7), 21)  # ckb: summed k between the rows c and b: (c b) x k is a copy
+    b = _ints((6, 4), 22)
+    want = np.einsum("ckb,kd->cbd", a, b)
+    assert direct._copied(a, (0, 2, 1), (1, 35, 6)) == a.nbytes > 1000
+    kcb = np.ascontiguousarray(a.transpose(1, 0, 2))  # k outermost: a transposed view
+    assert direct._copied(kcb, (1, 2, 0), (1, 35, 6)) == 0
+    assert _pair("ckb,kd->cbd", a, b) is None
+    np.testing.assert_array_equal(pytapp.einsum("ckb,kd->cbd", a, b, backend="blas"), want)
+    assert (counts.direct, counts.planned) == (0, 1)
+    lying = np.ascontiguousarray(a.transpose(0, 2, 1))  # cbk: (c b) x k as it lies
+    assert _pair("cbk,kd->cbd", lying, b) is not None
+    np.testing.assert_array_equal(pytapp.einsum("cbk,kd->cbd", lying, b, backend="blas"), want)
+    assert (counts.direct, counts.planned) == (1, 1)
+    monkeypatch.setattr(direct, "DIRECT_COPY_MAX", a.nbytes)  # at the bound: still a matmul
+    assert _pair("ckb,kd->cbd", a, b) is not None
+
+
 def test_long_dots_are_left_to_the_plan() -> None:
     """A dot (one row, one column, per batch) longer than LONG_DOT is declined; a long sum
     with more rows or columns is a matmul."""
