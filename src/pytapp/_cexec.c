@@ -373,8 +373,60 @@ static int run_planes(const Program *p, cval al, cval be, const char *A, const c
         return 0;                                                                               \
     }
 
+/* The dot of two contiguous runs of n numbers: DOT_LANES running sums the compiler keeps in
+ * vector registers, in blocks of SUM_BLOCK terms whose sums are added up (as accurate as the
+ * strided loop's blocks). */
+#define DOT_LANES 16
+/* ... for runs of at least this many numbers: shorter ones go through the four running sums
+ * of the strided loop (runs of 16, F64: 0.196 ms there, 0.420 in vector lanes). */
+#define DOT_LANES_MIN 64
+#define REAL_DOT(NAME, T)                                                                       \
+    static inline T dot_##NAME(const T *a, const T *b, npy_intp n) {                            \
+        T tot = 0;                                                                              \
+        for (npy_intp i0 = 0; i0 < n; i0 += SUM_BLOCK) {                                        \
+            const npy_intp i1 = n - i0 < SUM_BLOCK ? n : i0 + SUM_BLOCK;                        \
+            T acc[DOT_LANES] = {0}, s = 0;                                                      \
+            npy_intp i = i0;                                                                    \
+            for (; i + DOT_LANES <= i1; i += DOT_LANES)                                         \
+                for (int j = 0; j < DOT_LANES; ++j) acc[j] += a[i + j] * b[i + j];              \
+            for (; i < i1; ++i) s += a[i] * b[i];                                               \
+            for (int w = DOT_LANES / 2; w > 0; w /= 2) /* pairwise */                           \
+                for (int j = 0; j < w; ++j) acc[j] += acc[j + w];                               \
+            tot += acc[0] + s;                                                                  \
+        }                                                                                       \
+        return tot;                                                                             \
+    }                                                                                           \
+    /* Every element of D a dot of runs contiguous in A and B, of DOT_LANES_MIN or more: 1 when \
+     * done (0: the nest's strided loop sums them). */                                          \
+    /* (not inlined: the strided loop around it then ran 5-8% slower on runs of 16) */         \
+    __attribute__((noinline)) static int dots_##NAME(const Program *p, T alpha, T beta,         \
+                                                     const char *A, const char *B,              \
+                                                     const char *C, char *D) {                  \
+        const int nl = p->nl, nout = p->nout;                                                   \
+        const npy_intp e = p->ext[nl - 1], z = (npy_intp)sizeof(T);                             \
+        if (p->st[0][nl - 1] != z || p->st[1][nl - 1] != z || e < DOT_LANES_MIN) return 0;      \
+        npy_intp idx[MAXL] = {0}, o[4] = {0, 0, 0, 0};                                          \
+        int done = 0;                                                                           \
+        while (!done) {                                                                         \
+            npy_intp jdx[MAXL], q[2] = {o[0], o[1]};                                            \
+            for (int l_ = nout; l_ < nl - 1; ++l_) jdx[l_] = 0;                                 \
+            T tot = 0;                                                                          \
+            int inner_done = 0;                                                                 \
+            while (!inner_done) {                                                               \
+                tot += dot_##NAME((const T *)(A + q[0]), (const T *)(B + q[1]), e);             \
+                ODOMETER_STEP(p, jdx, nout, nl - 1, q, 2, inner_done);                          \
+            }                                                                                   \
+            T r = alpha * tot;                                                                  \
+            if (C) r += beta * *(const T *)(C + o[2]);                                          \
+            *(T *)(D + o[3]) = r;                                                               \
+            ODOMETER_STEP(p, idx, 0, nout, o, 4, done);                                         \
+        }                                                                                       \
+        return 1;                                                                               \
+    }
+
 #define REAL_KERNELS(NAME, T)                                                                   \
     REAL_ELEMENTWISE(NAME, T)                                                                   \
+    REAL_DOT(NAME, T)                                                                           \
     REAL_ROW_SUMS(NAME, T)                                                                      \
     static void loop_##NAME(const Program *p, cval al, cval be, const char *A, const char *B,   \
                             const char *C, char *D) {                                           \
@@ -389,6 +441,7 @@ static int run_planes(const Program *p, cval al, cval be, const char *A, const c
         }                                                                                       \
         if (p->row_block && !rows_##NAME(p, alpha, beta, A, B, C, D))                           \
             return;                                                                             \
+        if (dots_##NAME(p, alpha, beta, A, B, C, D)) return;                                    \
         const npy_intp e_in = nl > nout ? p->ext[nl - 1] : 1;                                   \
         const npy_intp sa_in = nl > nout ? p->st[0][nl - 1] : 0;                                \
         const npy_intp sb_in = nl > nout ? p->st[1][nl - 1] : 0;                                \
