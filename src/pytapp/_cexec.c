@@ -142,6 +142,8 @@ typedef struct {
      * operand's block packed in the nest's order first (run_planes) */
     int plane_mask;
     npy_intp chunk[MAXL];
+    /* a loop nest that may only move A into D (permute_layout; run_permute checks the rest) */
+    int permute;
     int conj[4];   /* A, B, C, D */
     /* what each operand must be: ndim, shape, byte strides; footprint [lo, hi) in bytes */
     int ndim[4];
@@ -1597,6 +1599,8 @@ static void run_loop(const Program *p, cval al, cval be, const char *A, const ch
     }
 }
 
+/* Whether a loop nest's layout may be a permute's copy (defined with the pool, below). */
+static int permute_layout(const Program *p);
 /* A permute's loop nest as a tiled copy (defined with the pool, below). */
 static int run_permute(const Program *p, cval al, const char *A, const char *B, const char *C,
                        char *D);
@@ -2521,6 +2525,7 @@ static PyObject *Program_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->empty_d = 0;
     for (int l = 0; l < p->nout; ++l)
         if (p->ext[l] == 0) p->empty_d = 1;
+    p->permute = kind == K_LOOP && !p->empty_d && permute_layout(p);
     if (planes != Py_None) { /* (mask, chunks): an elementwise nest run block by block */
         PyObject *chunks;
         int m = 0;
@@ -3821,30 +3826,47 @@ static void copy_task(void *arg) {
     tiled_copy_item(j->item, j->nd, j->ext, j->ds, j->ss, j->a, j->b, j->dst, j->src, j->stream);
 }
 
-/* True where a loop nest only moves A into D: nothing summed, no C, nothing conjugated, B one
- * number that is 1 and alpha 1 (a one-operand product: a permute, SPEC 9), A's and D's fastest
- * labels differing (both at unit stride, of COPY_TILE / 2 or more). The nest then runs as one
- * tiled copy straight into D (tiled_copy_item), shared out over the pool along its longest
- * other label (else along A's fastest, in whole tiles), its tiles streamed from
- * STREAM_COPY_MIN bytes; the elementwise nest packed A's blocks in D's order, then multiplied
- * them by one into D (256^3 F32 reversed: 32% of a contiguous copy's speed, 2 threads). */
-static int run_permute(const Program *p, cval al, const char *A, const char *B, const char *C,
-                       char *D) {
-    if (C || p->nl != p->nout || p->nout < 2 || p->conj[0] || p->conj[1] || p->conj[3]
-        || p->item < 4)
+/* The copy a permute's loop nest is (see run_permute): its labels of extent 2 or more, D's
+ * fastest (a) and A's (b); 0 where the layout is no such copy. */
+static int permute_job(const Program *p, CopyJob *job) {
+    if (p->nl != p->nout || p->nout < 2 || p->conj[0] || p->conj[1] || p->conj[3] || p->item < 4)
         return 0;
-    CopyJob job;
-    job.nd = 0;
-    job.item = p->item;
-    npy_intp bytes = p->item;
+    job->nd = 0;
+    job->item = p->item;
     for (int l = 0; l < p->nl; ++l) {
         if (p->st[1][l] != 0) return 0; /* B is one number */
         if (p->ext[l] == 1) continue;
-        job.ext[job.nd] = p->ext[l], job.ds[job.nd] = p->st[3][l], job.ss[job.nd] = p->st[0][l];
-        bytes *= p->ext[l];
-        ++job.nd;
+        job->ext[job->nd] = p->ext[l], job->ds[job->nd] = p->st[3][l];
+        job->ss[job->nd] = p->st[0][l];
+        ++job->nd;
     }
-    if (job.nd < 2 || al.re != 1.0 || al.im != 0.0) return 0;
+    if (job->nd < 2) return 0;
+    int a = 0, b = 0;
+    for (int l = 1; l < job->nd; ++l) {
+        if (abs_stride(job->ds[l]) < abs_stride(job->ds[a])) a = l;
+        if (abs_stride(job->ss[l]) < abs_stride(job->ss[b])) b = l;
+    }
+    job->a = a, job->b = b;
+    return a != b && job->ds[a] == p->item && abs_stride(job->ss[b]) == p->item
+           && job->ext[a] >= COPY_TILE / 2 && job->ext[b] >= COPY_TILE / 2;
+}
+
+static int permute_layout(const Program *p) {
+    CopyJob job;
+    return permute_job(p, &job);
+}
+
+/* True where a loop nest only moves A into D: nothing summed, no C, nothing conjugated, B one
+ * number that is 1 and alpha 1 (a one-operand product: a permute, SPEC 9), A's and D's fastest
+ * labels differing (both at unit stride, of COPY_TILE / 2 or more; the layout checked when the
+ * program is made: p->permute). The nest then runs as one tiled copy straight into D
+ * (tiled_copy_item), shared out over the pool along its longest other label (else along A's
+ * fastest, in whole tiles), its tiles streamed from STREAM_COPY_MIN bytes; the elementwise nest
+ * packed A's blocks in D's order, then multiplied them by one into D (256^3 F32 reversed: 32%
+ * of a contiguous copy's speed, 2 threads). */
+static int run_permute(const Program *p, cval al, const char *A, const char *B, const char *C,
+                       char *D) {
+    if (!p->permute || C || al.re != 1.0 || al.im != 0.0) return 0;
     int one;
     switch (p->dtype) {
         case DT_F32: one = *(const float *)B == 1.0f; break;
@@ -3852,16 +3874,12 @@ static int run_permute(const Program *p, cval al, const char *A, const char *B, 
         case DT_C64: one = ((const float *)B)[0] == 1.0f && ((const float *)B)[1] == 0.0f; break;
         default: one = ((const double *)B)[0] == 1.0 && ((const double *)B)[1] == 0.0; break;
     }
-    if (!one) return 0;
-    int a = 0, b = 0;
-    for (int l = 1; l < job.nd; ++l) {
-        if (abs_stride(job.ds[l]) < abs_stride(job.ds[a])) a = l;
-        if (abs_stride(job.ss[l]) < abs_stride(job.ss[b])) b = l;
-    }
-    if (a == b || job.ds[a] != p->item || abs_stride(job.ss[b]) != p->item
-        || job.ext[a] < COPY_TILE / 2 || job.ext[b] < COPY_TILE / 2)
-        return 0;
-    job.a = a, job.b = b, job.stream = bytes >= STREAM_COPY_MIN;
+    CopyJob job;
+    if (!one || !permute_job(p, &job)) return 0;
+    const int a = job.a, b = job.b;
+    npy_intp bytes = p->item;
+    for (int l = 0; l < job.nd; ++l) bytes *= job.ext[l];
+    job.stream = bytes >= STREAM_COPY_MIN;
     job.dst = D, job.src = A;
     int cut = b; /* the label shared out: the longest other one, else A's fastest */
     for (int l = 0; l < job.nd; ++l)
