@@ -405,6 +405,7 @@ static int run_planes(const Program *p, cval al, cval be, const char *A, const c
                                                      const char *A, const char *B,              \
                                                      const char *C, char *D) {                  \
         const int nl = p->nl, nout = p->nout;                                                   \
+        if (nl <= nout) return 0; /* nothing summed */                                          \
         const npy_intp e = p->ext[nl - 1], z = (npy_intp)sizeof(T);                             \
         if (p->st[0][nl - 1] != z || p->st[1][nl - 1] != z || e < DOT_LANES_MIN) return 0;      \
         npy_intp idx[MAXL] = {0}, o[4] = {0, 0, 0, 0};                                          \

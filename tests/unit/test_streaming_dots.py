@@ -78,3 +78,18 @@ def test_dots_of_strided_runs_still_sum_exactly(dtype: type) -> None:
     d, _ = _run("bnd,bnd->bn", a[:, :, ::2], b[:, :, ::2], None)
     np.testing.assert_array_equal(d.astype(np.float64),
                                   _want("bnd,bnd->bn", a[:, :, ::2], b[:, :, ::2], None, 1.0, 0.0))
+
+
+@pytest.mark.parametrize("dtype", REAL)
+@pytest.mark.parametrize(("la", "shape"), [("", ()), ("i", (100,)), ("ij", (3, 80))])
+def test_whole_dots_and_scalar_products_in_the_loop_nest(dtype: type, la: str,
+                                                         shape: tuple[int, ...]) -> None:
+    # D without labels: one dot (in vector lanes from 64 terms) or, with no label at all, one
+    # product of two numbers
+    a, b = _ints(shape, dtype, 8), _ints(shape, dtype, 9)
+    d = np.full((), np.nan, dtype)
+    plan = TensorProduct(Handle("blas"), TensorInfo.from_array(a), la, TensorInfo.from_array(b),
+                         la, None, None, TensorInfo.from_array(d), "")
+    assert plan.algorithm.startswith("compiled: loop nest"), plan.algorithm
+    plan.execute(2.0, a, b, 0.0, None, d)
+    assert float(d) == 2.0 * float(np.sum(a.astype(np.float64) * b.astype(np.float64)))
