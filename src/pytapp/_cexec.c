@@ -863,7 +863,10 @@ __attribute__((target("avx2"))) static void tile_f64(const char *s, npy_intp ss,
  * 4x4 blocks). The AVX2 blocks above move half lines: where the rows lie a power of two
  * apart, all of a tile's lines share one cache set, and each half is fetched (and written
  * back) on its own. A 64 MiB F32 tensor of 256^3 reversed: 34% of a contiguous copy's speed
- * through AVX2 blocks, on an AMD EPYC (see pytapp.bench.harness.permutation_speeds). */
+ * through AVX2 blocks, on an AMD EPYC (see pytapp.bench.harness.permutation_speeds).
+ * They also move the partial tiles at the edges (the first ni rows of s, nj numbers each):
+ * masked loads and stores, where the element loop took 2 ns a number (an 18 x 18 edge left
+ * a fifth of a tile's numbers to it); a partial row of d is stored without streaming. */
 #define AVX512_TILE __attribute__((target("avx512f")))
 /* out[L] = (a[L], b[L], c[L], d[L]) for the four 128-bit lanes L of four registers */
 #define LANES4(T, SH, a, b, c, d, o0, o1, o2, o3)                                             \
@@ -873,11 +876,17 @@ __attribute__((target("avx2"))) static void tile_f64(const char *s, npy_intp ss,
         o0 = SH(p_, r_, 0x88), o1 = SH(p_, r_, 0xDD), o2 = SH(q_, s_, 0x88),                   \
         o3 = SH(q_, s_, 0xDD);                                                                 \
     } while (0)
-/* The AVX-512 tiles, suffixed V, storing through SPS and SPD (F32, F64 registers). */
+/* The first n (0..16) bits */
+#define FIRST(n) ((__mmask16)((n) >= 16 ? 0xffffu : (1u << (n)) - 1u))
+/* The AVX-512 tiles, suffixed V, storing whole rows through SPS and SPD (F32, F64 registers). */
 #define AVX512_TILES(V, SPS, SPD)                                                               \
-AVX512_TILE static void tile_f32_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {     \
+AVX512_TILE __attribute__((always_inline)) static inline void                                   \
+tile_f32_body##V(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int nj) {             \
     __m512 r[16], t[16];                                                                        \
-    for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps((const float *)(s + k * ss));           \
+    const __mmask16 mi = FIRST(ni), mj = FIRST(nj);                                             \
+    for (int k = 0; k < 16; ++k)                                                                \
+        r[k] = k < ni ? _mm512_maskz_loadu_ps(mj, (const float *)(s + k * ss))                  \
+                      : _mm512_setzero_ps();                                                    \
     for (int k = 0; k < 16; k += 2) {                                                           \
         t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);                                              \
         t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);                                          \
@@ -892,11 +901,27 @@ AVX512_TILE static void tile_f32_512##V(const char *s, npy_intp ss, char *d, npy
     for (int j = 0; j < 4; ++j)                                                                 \
         LANES4(__m512, _mm512_shuffle_f32x4, r[j], r[4 + j], r[8 + j], r[12 + j], t[j],         \
                t[4 + j], t[8 + j], t[12 + j]);                                                  \
-    for (int k = 0; k < 16; ++k) SPS((float *)(d + k * ds), t[k]);                              \
+    if (ni == 16) {                                                                             \
+        for (int k = 0; k < nj; ++k) SPS((float *)(d + k * ds), t[k]);                          \
+    } else {                                                                                    \
+        for (int k = 0; k < nj; ++k) _mm512_mask_storeu_ps((float *)(d + k * ds), mi, t[k]);    \
+    }                                                                                           \
 }                                                                                               \
-AVX512_TILE static void t8_f64_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {       \
+/* (whole tiles with constant bounds: the registers stay registers) */                          \
+AVX512_TILE static void tile_f32_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {     \
+    tile_f32_body##V(s, ss, d, ds, 16, 16);                                                     \
+}                                                                                               \
+AVX512_TILE static void part_f32_512##V(const char *s, npy_intp ss, char *d, npy_intp ds,       \
+                                        int ni, int nj) {                                       \
+    tile_f32_body##V(s, ss, d, ds, ni, nj);                                                     \
+}                                                                                               \
+AVX512_TILE __attribute__((always_inline)) static inline void                                   \
+t8_f64_512##V(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int nj) {               \
     __m512d r[8], t[8];                                                                         \
-    for (int k = 0; k < 8; ++k) r[k] = _mm512_loadu_pd((const double *)(s + k * ss));           \
+    const __mmask8 mi = (__mmask8)FIRST(ni), mj = (__mmask8)FIRST(nj);                          \
+    for (int k = 0; k < 8; ++k)                                                                 \
+        r[k] = k < ni ? _mm512_maskz_loadu_pd(mj, (const double *)(s + k * ss))                 \
+                      : _mm512_setzero_pd();                                                    \
     /* t[2p + j]'s lane L: column 2L + j of rows 2p, 2p+1 */                                    \
     for (int k = 0; k < 8; k += 2) {                                                            \
         t[k] = _mm512_unpacklo_pd(r[k], r[k + 1]);                                              \
@@ -905,29 +930,106 @@ AVX512_TILE static void t8_f64_512##V(const char *s, npy_intp ss, char *d, npy_i
     for (int j = 0; j < 2; ++j)                                                                 \
         LANES4(__m512d, _mm512_shuffle_f64x2, t[j], t[2 + j], t[4 + j], t[6 + j], r[j], r[2 + j], \
                r[4 + j], r[6 + j]);                                                             \
-    for (int k = 0; k < 8; ++k) SPD((double *)(d + k * ds), r[k]);                              \
+    if (ni == 8) {                                                                              \
+        for (int k = 0; k < nj; ++k) SPD((double *)(d + k * ds), r[k]);                         \
+    } else {                                                                                    \
+        for (int k = 0; k < nj; ++k) _mm512_mask_storeu_pd((double *)(d + k * ds), mi, r[k]);   \
+    }                                                                                           \
 }                                                                                               \
 AVX512_TILE static void tile_f64_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {     \
-    for (int i0 = 0; i0 < COPY_TILE; i0 += 8)                                                   \
-        for (int j0 = 0; j0 < COPY_TILE; j0 += 8)                                               \
-            t8_f64_512##V(s + i0 * ss + j0 * 8, ss, d + j0 * ds + i0 * 8, ds);                  \
+    for (int i0 = 0; i0 < 16; i0 += 8)                                                          \
+        for (int j0 = 0; j0 < 16; j0 += 8)                                                      \
+            t8_f64_512##V(s + i0 * ss + j0 * 8, ss, d + j0 * ds + i0 * 8, ds, 8, 8);            \
 }                                                                                               \
-AVX512_TILE static void tile_c128_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {    \
-    for (int i0 = 0; i0 < COPY_TILE; i0 += 4)                                                   \
-        for (int j0 = 0; j0 < COPY_TILE; j0 += 4) {                                             \
+AVX512_TILE static void part_f64_512##V(const char *s, npy_intp ss, char *d, npy_intp ds,       \
+                                        int ni, int nj) {                                       \
+    for (int i0 = 0; i0 < ni; i0 += 8)                                                          \
+        for (int j0 = 0; j0 < nj; j0 += 8)                                                      \
+            t8_f64_512##V(s + i0 * ss + j0 * 8, ss, d + j0 * ds + i0 * 8, ds,                   \
+                          ni - i0 < 8 ? ni - i0 : 8, nj - j0 < 8 ? nj - j0 : 8);                \
+}                                                                                               \
+AVX512_TILE __attribute__((always_inline)) static inline void                                   \
+tile_c128_body##V(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int nj) {            \
+    for (int i0 = 0; i0 < ni; i0 += 4)                                                          \
+        for (int j0 = 0; j0 < nj; j0 += 4) {                                                    \
             const char *x = s + i0 * ss + j0 * 16;                                              \
             char *y = d + j0 * ds + i0 * 16;                                                    \
+            const int bi = ni - i0 < 4 ? ni - i0 : 4, bj = nj - j0 < 4 ? nj - j0 : 4;           \
+            const __mmask8 mi = (__mmask8)FIRST(2 * bi), mj = (__mmask8)FIRST(2 * bj);          \
             __m512d r[4], o[4];                                                                 \
-            for (int k = 0; k < 4; ++k) r[k] = _mm512_loadu_pd((const double *)(x + k * ss));   \
+            for (int k = 0; k < 4; ++k)                                                         \
+                r[k] = k < bi ? _mm512_maskz_loadu_pd(mj, (const double *)(x + k * ss))         \
+                              : _mm512_setzero_pd();                                            \
             LANES4(__m512d, _mm512_shuffle_f64x2, r[0], r[1], r[2], r[3], o[0], o[1], o[2],     \
                    o[3]);                                                                       \
-            for (int k = 0; k < 4; ++k) SPD((double *)(y + k * ds), o[k]);                      \
+            double row_[8];                                                                     \
+            (void)mi;                                                                           \
+            for (int k = 0; k < bj; ++k) {                                                      \
+                if (bi == 4) SPD((double *)(y + k * ds), o[k]);                                 \
+                else {                                                                          \
+                    _mm512_storeu_pd(row_, o[k]);                                               \
+                    memcpy(y + k * ds, row_, (size_t)bi * 16);                                  \
+                }                                                                               \
+            }                                                                                   \
         }                                                                                       \
+}                                                                                               \
+AVX512_TILE static void tile_c128_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {    \
+    tile_c128_body##V(s, ss, d, ds, 16, 16);                                                    \
+}                                                                                               \
+AVX512_TILE static void part_c128_512##V(const char *s, npy_intp ss, char *d, npy_intp ds,      \
+                                         int ni, int nj) {                                      \
+    tile_c128_body##V(s, ss, d, ds, ni, nj);                                                    \
 }
 AVX512_TILES(, _mm512_storeu_ps, _mm512_storeu_pd)
 /* ... and with streaming stores: every line of d written whole, with no read of it first
  * and past the caches (d aligned to 64 bytes, its rows too). */
 AVX512_TILES(_nt, _mm512_stream_ps, _mm512_stream_pd)
+/* A tile of 16-bit numbers (BF16, F16): 16 x 16 through 256-bit registers, masked at the
+ * edges. Each row moves half a line; two tiles side by side along d's rows complete its
+ * lines one after the other. A 33 MB BF16 operand whose batch label was its fastest took
+ * 16 ms to permute on one thread element by element. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
+tile_u16_body(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int nj) {
+    __m256i r[16], t[16];
+    const __mmask16 mi = FIRST(ni), mj = FIRST(nj);
+    for (int k = 0; k < 16; ++k)
+        r[k] = k < ni ? _mm256_maskz_loadu_epi16(mj, s + k * ss) : _mm256_setzero_si256();
+    /* t[2p], t[2p + 1]: rows 2p and 2p + 1 interleaved, columns 0-3 and 4-7 of each lane */
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm256_unpacklo_epi16(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_epi16(r[k], r[k + 1]);
+    }
+    /* r[4g + c2]: columns 2 c2, 2 c2 + 1 (of each lane) of rows 4g..4g+3 */
+    for (int g = 0; g < 16; g += 4) {
+        r[g] = _mm256_unpacklo_epi32(t[g], t[g + 2]);
+        r[g + 1] = _mm256_unpackhi_epi32(t[g], t[g + 2]);
+        r[g + 2] = _mm256_unpacklo_epi32(t[g + 1], t[g + 3]);
+        r[g + 3] = _mm256_unpackhi_epi32(t[g + 1], t[g + 3]);
+    }
+    /* t[8h + c]: column c of each lane (lane 1: column 8 + c), rows 8h..8h+7 */
+    for (int h = 0; h < 16; h += 8)
+        for (int x = 0; x < 4; ++x) {
+            t[h + 2 * x] = _mm256_unpacklo_epi64(r[h + x], r[h + 4 + x]);
+            t[h + 2 * x + 1] = _mm256_unpackhi_epi64(r[h + x], r[h + 4 + x]);
+        }
+    for (int c = 0; c < 8; ++c) {
+        r[c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x20);
+        r[8 + c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x31);
+    }
+    if (ni == 16) {
+        for (int k = 0; k < nj; ++k) _mm256_storeu_si256((__m256i *)(d + k * ds), r[k]);
+    } else {
+        for (int k = 0; k < nj; ++k) _mm256_mask_storeu_epi16(d + k * ds, mi, r[k]);
+    }
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+tile_u16_512(const char *s, npy_intp ss, char *d, npy_intp ds) {
+    tile_u16_body(s, ss, d, ds, 16, 16);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+part_u16_512(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int nj) {
+    tile_u16_body(s, ss, d, ds, ni, nj);
+}
 static int tile_simd(void) {
     static int known = -1;
     if (known < 0) {
@@ -936,22 +1038,50 @@ static int tile_simd(void) {
     }
     return known;
 }
+/* A whole register tile (16 x 16 numbers) ... */
 typedef void (*tile_fn)(const char *, npy_intp, char *, npy_intp);
-/* The register tile for elements of ``item`` bytes on this CPU, NULL for the element loop;
- * with ``stream``, the one with streaming stores (AVX-512 only: NULL elsewhere). */
-static tile_fn tile_for(npy_intp item, int stream) {
-    static int isa = -1; /* 0: none, 1: AVX2, 2: AVX-512 */
+/* ... and a partial one: the first ni rows of s, nj numbers each (masked loads; d's rows
+ * stored through a buffer where they are partial: AVX-512 masked stores took 3.7x the
+ * element loop's time on the edges of an 18^5 F32 reversal, AMD EPYC). */
+typedef void (*part_fn)(const char *, npy_intp, char *, npy_intp, int, int);
+/* 0: no register tiles, 1: AVX2, 2: AVX-512. */
+static int tile_isa_level(void) {
+    static int isa = -1;
     if (isa < 0) {
         __builtin_cpu_init();
         isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
     }
+    return isa;
+}
+/* 16-bit numbers' tiles: AVX-512 with BW and VL. */
+static int tile_u16_ok(void) {
+    static int bw = -1;
+    if (bw < 0)
+        bw = tile_isa_level() == 2 && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+    return bw;
+}
+/* The register tile for elements of ``item`` bytes on this CPU, NULL for the element loop;
+ * with ``stream``, the one with streaming stores (AVX-512 only: NULL elsewhere). */
+static tile_fn tile_for(npy_intp item, int stream) {
+    const int isa = tile_isa_level();
     if (stream)
         return isa < 2 ? NULL : item == 4 ? tile_f32_512_nt : item == 8 ? tile_f64_512_nt
                                 : item == 16 ? tile_c128_512_nt : NULL;
+    if (item == 2) return tile_u16_ok() ? tile_u16_512 : NULL;
     if (item == 4) return isa == 2 ? tile_f32_512 : isa == 1 ? tile_f32 : NULL;
     if (item == 8) return isa == 2 ? tile_f64_512 : isa == 1 ? tile_f64 : NULL;
     if (item == 16) return isa == 2 ? tile_c128_512 : NULL;
     return NULL;
+}
+/* The partial tile of tile_for (AVX-512 only: NULL elsewhere, the element loop). */
+static part_fn part_for(npy_intp item, int stream) {
+    if (tile_isa_level() < 2) return NULL;
+    if (item == 2) return tile_u16_ok() && !stream ? part_u16_512 : NULL;
+    if (stream)
+        return item == 4 ? part_f32_512_nt : item == 8 ? part_f64_512_nt
+               : item == 16 ? part_c128_512_nt : NULL;
+    return item == 4 ? part_f32_512 : item == 8 ? part_f64_512 : item == 16 ? part_c128_512 : NULL;
 }
 static void stream_fence(void) { _mm_sfence(); }
 #else
@@ -959,12 +1089,20 @@ static void stream_fence(void) { _mm_sfence(); }
 #define t8_f32(s, ss, d, ds) ((void)(s), (void)(ss), (void)(d), (void)(ds))
 static int tile_simd(void) { return 0; }
 typedef void (*tile_fn)(const char *, npy_intp, char *, npy_intp);
+typedef void (*part_fn)(const char *, npy_intp, char *, npy_intp, int, int);
+static part_fn part_for(npy_intp item, int stream) {
+    (void)item, (void)stream;
+    return NULL;
+}
 static tile_fn tile_for(npy_intp item, int stream) {
     (void)item, (void)stream;
     return NULL;
 }
 static void stream_fence(void) {}
 #endif
+
+/* Fewest numbers of a partial tile that the registers move (part_for); fewer go one by one. */
+#define PART_TILE_MIN (2 * COPY_TILE)
 
 /* dst = src over nd axes (byte strides; no axis of extent < 2), the elements ``item`` bytes
  * each. Axis ``a`` is dst's fastest, axis ``b`` src's fastest (a != b): both are walked in
@@ -987,6 +1125,7 @@ static void stream_fence(void) {}
                 if (l != a && ds[l] % 64) stream = 0;                                           \
         }                                                                                       \
         const tile_fn simd = forward ? tile_for((npy_intp)sizeof(T), stream) : NULL;           \
+        const part_fn part = simd ? part_for((npy_intp)sizeof(T), stream) : NULL;               \
         if (!simd) stream = 0;                                                                  \
         const npy_intp outer = stream ? ea : eb, inner = stream ? eb : ea;                      \
         npy_intp od = 0, os = 0;                                                                \
@@ -999,6 +1138,12 @@ static void stream_fence(void) {}
                     if (simd && i1 - i0 == COPY_TILE && j1 - j0 == COPY_TILE) {                 \
                         simd(src + os + i0 * ssa + j0 * ssb, ssa,                              \
                              dst + od + j0 * dsb + i0 * dsa, dsb);                              \
+                        continue;                                                               \
+                    }                                                                           \
+                    if (part && (i1 - i0) * (j1 - j0) >= PART_TILE_MIN) {                      \
+                        part(src + os + i0 * ssa + j0 * ssb, ssa,                              \
+                             dst + od + j0 * dsb + i0 * dsa, dsb, (int)(i1 - i0),              \
+                             (int)(j1 - j0));                                                   \
                         continue;                                                               \
                     }                                                                           \
                     for (npy_intp j = j0; j < j1; ++j) {                                        \
