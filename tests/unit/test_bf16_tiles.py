@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from pytapp import Handle, TensorInfo, TensorProduct, clear_plan_cache
+from pytapp.backends import blas
 from pytapp.kernels import program
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -46,6 +47,11 @@ CASES: dict[str, tuple[str, dict[str, int]]] = {
     "tiny": ("ik,kj->ij", {"i": 1, "k": 1, "j": 1}),
     "sums_in_other_orders": ("ikl,lkj->ij", {"i": 21, "k": 6, "l": 11, "j": 19}),
     "a_copied": ("kil,klj->ij", {"i": 23, "k": 5, "l": 13, "j": 17}),
+    # the vectors compute only the rows and columns that exist: 8 or 16 rows at a time, one
+    # panel of 16 columns or two
+    "few_rows_and_columns": ("ik,kj->ij", {"i": 10, "k": 40, "j": 13}),
+    "rows_past_a_half": ("ik,kj->ij", {"i": 41, "k": 35, "j": 16}),
+    "one_column_past_a_panel": ("ik,kj->ij", {"i": 25, "k": 33, "j": 17}),
 }
 
 
@@ -149,6 +155,34 @@ def test_strided_operands(tiles: bool) -> None:
     untouched = np.ones(d_buf.shape, bool)
     untouched[::2, 10:30] = False
     assert np.isnan(d_buf[untouched].astype(np.float32)).all()  # nothing written around D
+
+
+def test_an_operand_whose_batch_runs_fastest_is_copied_in_batch_order(
+        tiles: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B's batch label k is its fastest (2 bytes apart): over 1 MiB, the tiles read a copy in
+    batch order and the result is exact; a small B is read where it lies."""
+    rng = np.random.default_rng(8)
+    copies: list[tuple[int, ...]] = []
+    real = blas.BlasPlan._copied
+
+    def spy(x: np.ndarray, perm: tuple[int, ...], threads: int | None) -> np.ndarray:
+        copies.append(x.shape)
+        return real(x, perm, threads)
+
+    monkeypatch.setattr(blas.BlasPlan, "_copied", staticmethod(spy))
+    eq = "qtkp,tqegk->pgek"
+    for ext, copied in (({"q": 15, "t": 16, "k": 20, "p": 10, "e": 22, "g": 63}, True),
+                        ({"q": 3, "t": 4, "k": 6, "p": 10, "e": 5, "g": 7}, False)):
+        la, rest = eq.split(",")
+        lb, ld = rest.split("->")
+        a, b = _data(rng, _shape(la, ext), BF16), _data(rng, _shape(lb, ext), BF16)
+        d = np.full(_shape(ld, ext), np.nan, BF16)
+        copies.clear()
+        _run(eq, a, b, None, d, 1.0, 0.0)
+        np.testing.assert_array_equal(d, _want(eq, a, b, None, 1.0, 0.0, BF16))
+        assert (b.nbytes > blas.BATCH_INTERLEAVED_BYTES) == copied
+        if tiles:
+            assert (b.shape in copies) == copied  # (A is copied either way: its sums' order)
 
 
 def test_beta_zero_ignores_nan_in_c(tiles: bool) -> None:

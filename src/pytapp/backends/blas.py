@@ -158,6 +158,10 @@ def split_pays() -> bool:
             _split_ratio = best["split"] / max(best["matmul"], 1e-12)
             wisdom.record("overhead", entry, _split_ratio)
     return _split_ratio <= SPLIT_GAIN
+#: An A or B of the BF16/F16 GEMMs (``_run_tiles``) larger than this many bytes whose batch
+#: label runs fastest through memory is copied in batch order first (see ``_tile_view``):
+#: one batch's GEMM in the L2 cache reads lines that the next batches read again from there.
+BATCH_INTERLEAVED_BYTES = 1 << 20
 #: Fewest output elements for which a GEMV-like product runs as one fused kernel.
 KERNEL_MIN_ROWS = 64
 #: Fewest rows of each GEMV on views of a GEMV-like product with a smaller D: strided dots
@@ -1160,9 +1164,23 @@ class BlasPlan(Stateless):
                 and (bf16_tiles() != "" or (min(self.m, self.n) == 1 and bf16_vectors())))
 
     def _tile_view(self, x: np.ndarray, perm: tuple[int, ...],
-                   shape: tuple[int, int, int]) -> np.ndarray | None:
+                   shape: tuple[int, int, int], operand: bool = False) -> np.ndarray | None:
+        """``x`` permuted and reshaped to ``shape`` (batch, rows, columns) as a view, if any.
+
+        ``operand``: also ``None`` for an A or B whose batch runs fastest through memory
+        (closer than a cache line and than its rows and columns) and that is larger than
+        BATCH_INTERLEAVED_BYTES: each batch's GEMM would read every line of it, for a few of
+        the line's numbers (qtkp,tqegk->pgek: B's 33 MB read 50 times, 52 ms; copied in
+        batch order first, 12 ms).
+        """
         view = _reshape_view(x.transpose(perm), shape)
-        return view if view is not None and view.flags.aligned else None
+        if view is None or not view.flags.aligned:
+            return None
+        if operand and shape[0] > 1 and view.nbytes > BATCH_INTERLEAVED_BYTES:
+            h, r, c = (abs(st) for st in view.strides)
+            if h < 64 and h < min(r if shape[1] > 1 else h + 1, c if shape[2] > 1 else h + 1):
+                return None
+        return view
 
     @staticmethod
     def _copied(x: np.ndarray, perm: tuple[int, ...], threads: int | None) -> np.ndarray:
@@ -1193,11 +1211,11 @@ class BlasPlan(Stateless):
         # copied in that order, still BF16: cgblsz,zslt->gbct (720x105x1722) 3.9 ms through
         # F32 copies and the F32 GEMM, 1.3 ms so
         copied = 0
-        a = self._tile_view(bound.a, self.a_perm, (h, m, k))
+        a = self._tile_view(bound.a, self.a_perm, (h, m, k), operand=True)
         if a is None:
             a = self._copied(bound.a, self.a_perm, threads).reshape(h, m, k)
             copied += a.nbytes
-        b = self._tile_view(bound.b, self.b_perm, (h, k, n))
+        b = self._tile_view(bound.b, self.b_perm, (h, k, n), operand=True)
         if b is None:
             b = self._copied(bound.b, self.b_perm, threads).reshape(h, k, n)
             copied += b.nbytes
