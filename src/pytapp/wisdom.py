@@ -41,7 +41,8 @@ from typing import Any
 
 from pytapp.machine import cache_dir, fingerprint
 
-__all__ = ["MIN_RUNS", "POOL_SETTLE_SECONDS", "TRIAL_AFTER", "TRIAL_MARGIN", "TRIAL_SAMPLES",
+__all__ = ["MIN_RUNS", "POOL_SETTLE_SECONDS", "TRIAL_AFTER", "TRIAL_COLD_MARGIN", "TRIAL_MARGIN",
+           "TRIAL_SAMPLES",
            "TUNE_SHARE", "Budget", "Trial", "forget", "lookup", "path", "pause_seconds",
            "record", "recorded", "time_candidates"]
 
@@ -59,6 +60,12 @@ TRIAL_SAMPLES = 3
 #: 144x2304x2304 GEMM took 1.35-1.6x the other on one machine: three more slow calls each
 #: loop cost 4% of a coupled-cluster iteration).
 TRIAL_MARGIN = 1.15
+#: A :class:`Trial` candidate whose first call (untimed) takes more than this many times the
+#: least call of another (timed or not) is dropped at once, where the trial says its
+#: candidates' first calls plan nothing (compiled routes): ``vynsr,ns->rvny`` (F64) streamed
+#: through A ran 8.7x its GEMVs on views (78 ms against 9), and a second call would only
+#: confirm it. A first call costs its buffers' first touch and cold caches, 1.5-2x here.
+TRIAL_COLD_MARGIN = 4.0
 #: Most entries kept per section (the oldest are dropped first).
 SECTION_SIZE = 4096
 #: File format version (a file of another version is ignored).
@@ -167,7 +174,9 @@ class Trial:
     of each, the one with the least time wins. A candidate whose least timed call is more
     than :data:`TRIAL_MARGIN` times the leader's is dropped as soon as each one has a timed
     call (the last one left wins). What it can cost is what the slower candidate loses on its
-    few calls.
+    few calls. ``cold``: the candidates' first calls plan nothing (they are compiled
+    already), so one that takes more than ``cold`` times another's least call is dropped then
+    (see :data:`TRIAL_COLD_MARGIN`).
 
     Examples
     --------
@@ -181,12 +190,15 @@ class Trial:
     ([0, 0, 1, 0, 1], 1)
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, cold: float | None = None) -> None:
         self.count = count
+        self.cold = cold
         self.calls = 0
         self.seen = [0] * count
         self.timed = [0] * count
         self.best = [float("inf")] * count
+        #: Each candidate's least call, its first (untimed) one included.
+        self.any_best = [float("inf")] * count
         #: Candidates still in the trial (dropped: clearly slower than the leader).
         self.alive = list(range(count))
         #: The fastest candidate, once every one has been timed (``None`` until then).
@@ -212,6 +224,11 @@ class Trial:
             if self.seen[which] > 1 and self.calls > TRIAL_AFTER:  # not the call that planned it
                 self.best[which] = min(self.best[which], seconds)
                 self.timed[which] += 1
+            elif self.cold is not None and self.seen[which] == 1 and self.calls > TRIAL_AFTER:
+                others = [self.any_best[k] for k in self.alive if k != which]
+                if others and seconds > self.cold * min(others):  # hopeless from its first call
+                    self.alive = [k for k in self.alive if k != which]
+            self.any_best[which] = min(self.any_best[which], seconds)
             best = self.best
             if all(self.timed[k] for k in self.alive):
                 lead = min(best[k] for k in self.alive)

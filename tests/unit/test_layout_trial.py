@@ -349,3 +349,24 @@ def test_the_orientation_follows_the_length_of_the_sum(
                           layout_dtype=pytapp.Datatype.F64)
     assert net.final_sum() == k
     assert net.steps[-1].out_labels == out_labels
+
+
+def test_a_trial_of_compiled_routes_drops_a_hopeless_candidate_on_its_first_call() -> None:
+    """With ``cold`` (routes compiled beforehand: a first call plans nothing), a candidate
+    whose first call takes more than that many times another's least call is dropped then:
+    one slow call, not two. Within the margin, or without ``cold``, it gets its timed calls."""
+    cold = wisdom.TRIAL_COLD_MARGIN
+    after = wisdom.TRIAL_AFTER
+    trial = wisdom.Trial(2, cold=cold)
+    picks = _run_trial(trial, {0: 1e-3, 1: 1.2 * cold * 1e-3})
+    assert trial.winner == 0 and trial.alive == [0]
+    assert picks == [0] * after + [1]
+    trial = wisdom.Trial(2, cold=cold)
+    picks = _run_trial(trial, {0: 1e-3, 1: 0.8 * cold * 1e-3})  # slow, yet within the margin
+    assert trial.winner == 0 and picks == [0] * after + [1, 0, 1]
+    trial = wisdom.Trial(2)  # first calls that plan (expressions): never judged
+    picks = _run_trial(trial, {0: 1e-3, 1: 1.2 * cold * 1e-3})
+    assert trial.winner == 0 and picks == [0] * after + [1, 0, 1]
+    trial = wisdom.Trial(2, cold=cold)  # the other one faster: as before
+    _run_trial(trial, {0: 1e-3, 1: 0.5e-3})
+    assert trial.winner == 1

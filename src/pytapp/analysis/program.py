@@ -1699,9 +1699,15 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     packs, the thinness of TTGT's GEMM) told the two groups apart. So do GEMVs on views that
     scatter their matrix in rows longer than :data:`GEMV_SCATTER_RUN` bytes, against one GEMV
     reading it in order (``ofqx,of->xq``, C64, 21 GEMVs in rows of 600 bytes: 5.6 ms against
-    2.4; at 632 bytes and more one GEMV had run 0.76-1.27x their speed). A plan may try both on
-    the calls it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where
-    ``lower`` chose anything else, or where the executor runs no such TTGT of ``spec``.
+    2.4; at 632 bytes and more one GEMV had run 0.76-1.27x their speed). GEMVs on views
+    with neither of those have the stream through their matrix as the alternative, where the
+    lowering would stream it without them: on 31 seeded products (30000-30599) whose GEMVs on
+    views the executor runs, the stream ran 0.39-8.7x their time, 16 faster by 10% or more
+    (``wozjr,zo->jowr``, F32, 10230 GEMVs of 32 x 29: 2.25 ms against 0.98 streamed;
+    ``vynsr,ns->rvny``, F64, 19968 of 34 x 17: 9.0 against 78), and no feature of the two
+    (calls, m, k, D's size) told them apart. A plan may try both on the calls it makes anyway
+    (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where ``lower`` chose anything
+    else, or where the executor runs no such TTGT (or stream) of ``spec``.
 
     Examples
     --------
@@ -1729,7 +1735,11 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     if first.kind is not Step.GEMM:
         return None
     other = _lower(spec, gemm, True)
-    return other if other is not None else _flipped(spec, first, gemm)
+    if other is None:
+        other = _flipped(spec, first, gemm)
+    if other is None and first.gemm is not None and min(first.gemm.m, first.gemm.n) == 1:
+        other = _lower(spec, gemm, streamed=True)
+    return other
 
 
 def _flipped(spec: ContractionSpec, first: Lowered, gemm: bool) -> Lowered | None:
@@ -2092,12 +2102,14 @@ def _planes(extents: Sequence[int], strides: Sequence[Sequence[int]],
 
 @functools.lru_cache(maxsize=512)
 def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = False,
-           tried: bool = False) -> Lowered | None:
+           tried: bool = False, streamed: bool = False) -> Lowered | None:
     """Lower ``spec`` (see :func:`lower`).
 
     ``ttgt``: TTGT in place of unpriced GEMMs on views; ``flip``: a TTGT's GEMMs in the other
     orientation; ``tried``: a TTGT packed in blocks within an alternative's limits (see
-    THIN_BATCH_TRIED_BYTES). ``None`` where these ask for a TTGT and it runs none.
+    THIN_BATCH_TRIED_BYTES); ``streamed``: the stream through the large operand in place of
+    GEMVs on views (see :func:`alternative`). ``None`` where these ask for a route and it runs
+    none.
     """
     dt = _uniform(spec)
     if dt is None:
@@ -2158,7 +2170,7 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
             nest, rows = moved, True
     one_gemv: tuple[GemmStep, PackStep] | None = None
     gemvs = False
-    if chosen is None and gemm and not gemv_like:
+    if chosen is None and gemm and not gemv_like and not streamed:
         chosen = _choose_gemm(spec, item)
         if ttgt and flip:  # one GEMM on views, the other way round into T (see _flipped)
             if chosen is None or chosen[0].calls != 1:
@@ -2244,7 +2256,8 @@ def _lower(spec: ContractionSpec, gemm: bool, ttgt: bool = False, flip: bool = F
         stream, kind, gemm_step = candidate, Step.STREAM, None
     else:
         return None
-    if (ttgt or flip or tried) and kind is not Step.TTGT:
+    if ((ttgt or flip or tried) and kind is not Step.TTGT) or (
+            streamed and kind is not Step.STREAM):
         return None
     if stream is not None:
         description = (f"compiled: stream through {'B' if stream.swap else 'A'} "

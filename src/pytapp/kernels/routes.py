@@ -65,7 +65,7 @@ class RouteTrial:
                  key: str | None, equation: str = "") -> None:
         self.programs, self.algorithms = programs, algorithms
         self.key, self.equation = key, equation
-        self._trial = wisdom.Trial(len(programs))
+        self._trial = wisdom.Trial(len(programs), cold=wisdom.TRIAL_COLD_MARGIN)
         #: The winner's index, once known (the model's choice runs until then).
         self.winner: int | None = None
         self._lock = threading.Lock()
