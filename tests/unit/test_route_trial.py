@@ -305,6 +305,12 @@ def test_gemvs_on_views_are_tried_against_the_stream_through_the_matrix() -> Non
     assert alt is not None and alt.kind is program.Step.STREAM
     small = plan("blas", a[:100, :200], c[:200, :100]).spec
     assert program.lower(small).kind is program.Step.GEMM and program.alternative(small) is None
+    m, v = np.empty((2000, 4000)), np.empty(4000)  # one GEMV reads its matrix in order: no trial
+    one = TensorProduct(Handle("blas"), TensorInfo.from_array(m), "gq", TensorInfo.from_array(v),
+                        "q", TensorInfo.from_array(m[:, 0]), "g", TensorInfo.from_array(m[:, 0]),
+                        "g").spec
+    assert "1 gemm on strided views" in program.lower(one).description
+    assert program.alternative(one) is None
     auto = plan("auto", a, c)
     seen = set()
     for _ in range(40):

@@ -1705,9 +1705,10 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     views the executor runs, the stream ran 0.39-8.7x their time, 16 faster by 10% or more
     (``wozjr,zo->jowr``, F32, 10230 GEMVs of 32 x 29: 2.25 ms against 0.98 streamed;
     ``vynsr,ns->rvny``, F64, 19968 of 34 x 17: 9.0 against 78), and no feature of the two
-    (calls, m, k, D's size) told them apart. A plan may try both on the calls it makes anyway
-    (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where ``lower`` chose anything
-    else, or where the executor runs no such TTGT (or stream) of ``spec``.
+    (calls, m, k, D's size) told them apart; a single GEMV, which reads its matrix in order,
+    is not tried (the stream 0.94-1.81x its time on seven). A plan may try both on the calls
+    it makes anyway (:class:`pytapp.kernels.routes.RouteTrial`). ``None`` where ``lower``
+    chose anything else, or where the executor runs no such TTGT (or stream) of ``spec``.
 
     Examples
     --------
@@ -1737,7 +1738,8 @@ def alternative(spec: ContractionSpec, *, gemm: bool = True) -> Lowered | None:
     other = _lower(spec, gemm, True)
     if other is None:
         other = _flipped(spec, first, gemm)
-    if other is None and first.gemm is not None and min(first.gemm.m, first.gemm.n) == 1:
+    if (other is None and first.gemm is not None and min(first.gemm.m, first.gemm.n) == 1
+            and prod(first.gemm.batch_extents) > 1):  # (one GEMV reads its matrix in order)
         other = _lower(spec, gemm, streamed=True)
     return other
 
