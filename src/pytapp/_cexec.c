@@ -878,6 +878,16 @@ __attribute__((target("avx2"))) static void tile_f64(const char *s, npy_intp ss,
     } while (0)
 /* The first n (0..16) bits */
 #define FIRST(n) ((__mmask16)((n) >= 16 ? 0xffffu : (1u << (n)) - 1u))
+/* A whole tile (constant bounds: the registers stay registers) and a partial one, from the
+ * tile's body. */
+#define WHOLE_AND_PART(T, V)                                                                    \
+    AVX512_TILE static void tile_##T##_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) { \
+        tile_##T##_body##V(s, ss, d, ds, 16, 16);                                               \
+    }                                                                                           \
+    AVX512_TILE static void part_##T##_512##V(const char *s, npy_intp ss, char *d, npy_intp ds, \
+                                              int ni, int nj) {                                 \
+        tile_##T##_body##V(s, ss, d, ds, ni, nj);                                               \
+    }
 /* The AVX-512 tiles, suffixed V, storing whole rows through SPS and SPD (F32, F64 registers). */
 #define AVX512_TILES(V, SPS, SPD)                                                               \
 AVX512_TILE __attribute__((always_inline)) static inline void                                   \
@@ -907,14 +917,7 @@ tile_f32_body##V(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int n
         for (int k = 0; k < nj; ++k) _mm512_mask_storeu_ps((float *)(d + k * ds), mi, t[k]);    \
     }                                                                                           \
 }                                                                                               \
-/* (whole tiles with constant bounds: the registers stay registers) */                          \
-AVX512_TILE static void tile_f32_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {     \
-    tile_f32_body##V(s, ss, d, ds, 16, 16);                                                     \
-}                                                                                               \
-AVX512_TILE static void part_f32_512##V(const char *s, npy_intp ss, char *d, npy_intp ds,       \
-                                        int ni, int nj) {                                       \
-    tile_f32_body##V(s, ss, d, ds, ni, nj);                                                     \
-}                                                                                               \
+WHOLE_AND_PART(f32, V)                                                                          \
 AVX512_TILE __attribute__((always_inline)) static inline void                                   \
 t8_f64_512##V(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int nj) {               \
     __m512d r[8], t[8];                                                                         \
@@ -962,24 +965,13 @@ tile_c128_body##V(const char *s, npy_intp ss, char *d, npy_intp ds, int ni, int 
                               : _mm512_setzero_pd();                                            \
             LANES4(__m512d, _mm512_shuffle_f64x2, r[0], r[1], r[2], r[3], o[0], o[1], o[2],     \
                    o[3]);                                                                       \
-            double row_[8];                                                                     \
-            (void)mi;                                                                           \
             for (int k = 0; k < bj; ++k) {                                                      \
                 if (bi == 4) SPD((double *)(y + k * ds), o[k]);                                 \
-                else {                                                                          \
-                    _mm512_storeu_pd(row_, o[k]);                                               \
-                    memcpy(y + k * ds, row_, (size_t)bi * 16);                                  \
-                }                                                                               \
+                else _mm512_mask_storeu_pd((double *)(y + k * ds), mi, o[k]);                   \
             }                                                                                   \
         }                                                                                       \
 }                                                                                               \
-AVX512_TILE static void tile_c128_512##V(const char *s, npy_intp ss, char *d, npy_intp ds) {    \
-    tile_c128_body##V(s, ss, d, ds, 16, 16);                                                    \
-}                                                                                               \
-AVX512_TILE static void part_c128_512##V(const char *s, npy_intp ss, char *d, npy_intp ds,      \
-                                         int ni, int nj) {                                      \
-    tile_c128_body##V(s, ss, d, ds, ni, nj);                                                    \
-}
+WHOLE_AND_PART(c128, V)
 AVX512_TILES(, _mm512_storeu_ps, _mm512_storeu_pd)
 /* ... and with streaming stores: every line of d written whole, with no read of it first
  * and past the caches (d aligned to 64 bytes, its rows too). */
