@@ -158,6 +158,8 @@ def split_pays() -> bool:
             _split_ratio = best["split"] / max(best["matmul"], 1e-12)
             wisdom.record("overhead", entry, _split_ratio)
     return _split_ratio <= SPLIT_GAIN
+
+
 #: An A or B of the BF16/F16 GEMMs (``_run_tiles``) larger than this many bytes whose batch
 #: label runs fastest through memory is copied in batch order first (see ``_tile_view``):
 #: one batch's GEMM in the L2 cache reads lines that the next batches read again from there.
