@@ -1395,10 +1395,109 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
  * mean 1.30x (separate processes, least of 2 x 40 calls). */
 #define PACK_SHORT_LANES 4
 
+/* A pack that sums labels sums in the source's order first, where the source's kept labels run
+ * contiguously far longer than the rows the destination's order lets the sums take (rows of
+ * pack_row_label and pack_row_outer, or single elements): blocks of at most PACK_SOURCE_BLOCK
+ * bytes of the result are summed into a buffer laid out as the source (each term one long run:
+ * vector loops over rows of PACK_ROW_CHUNK numbers), then copied into the destination's order.
+ * vpsyuz summing p (41 terms 35 KB apart) into [u][v s y][z] (F32, 11.7 MB): rows of 9 numbers,
+ * or every element summed alone, where (s y u z) runs 8910 numbers in the source: 5.2 -> 2.3 ms
+ * (the pack of A alone, on two threads, 3.4 -> 0.7). Only where the direct rows are shorter
+ * than PACK_SOURCE_ROW bytes (longer ones already read lines whole: on 59 seeded products with
+ * rows of 12-576 numbers, 0.56-1.4x, geometric mean 0.97), of numbers of PACK_SOURCE_ITEM
+ * bytes or fewer (C128 elements summed one at a time lost 1.2-1.5x on five: each term's 16
+ * bytes already feed two running sums), and the source's runs are PACK_SOURCE_GAIN times those
+ * rows and PACK_SOURCE_RUN numbers or more. On 77 seeded products whose packs take it (seeds
+ * 33000-35999, none of those it was tuned on; old and new in alternating processes, least of 4
+ * or 10 each) 0.29-1.15x, geometric mean 0.82x: summed one at a time, each element waited on a
+ * chain of additions and read one number of each line it fetched. */
+#define PACK_SOURCE_BLOCK (128 * 1024)
+#define PACK_SOURCE_GAIN 4
+#define PACK_SOURCE_RUN 64
+#define PACK_SOURCE_ROW 64
+#define PACK_SOURCE_ITEM 8
+
+/* The numbers the source's kept labels of n run contiguously (item bytes each) and every
+ * summed label lies outside of, or 0; `g` gets n's labels with the kept ones in the source's
+ * order (rows_by_source). */
+static npy_intp source_run(const Nest *n, npy_intp item, Nest *g) {
+    *g = *n;
+    rows_by_source(g);
+    for (int l = 0; l < n->nl; ++l)
+        if (n->ext[l] < 1) return 0;
+    npy_intp run = 1, step = item;
+    for (int l = g->nout - 1; l >= 0 && g->st[0][l] == step; --l) {
+        run *= g->ext[l];
+        step *= g->ext[l];
+    }
+    for (int l = g->nout; l < g->nl; ++l)
+        if (g->ext[l] > 1 && abs_stride(g->st[0][l]) < step) return 0;
+    return run;
+}
+
+/* Whether the pack of n (merged, st[1]: the destination's strides) sums in the source's order
+ * (see PACK_SOURCE_BLOCK), with `g` as source_run gives it. */
+static int pack_in_source_order(const Nest *n, npy_intp item, Nest *g) {
+    if (n->nl <= n->nout || n->nout < 2) return 0;
+    const npy_intp run = source_run(n, item, g);
+    if (run < PACK_SOURCE_RUN) return 0;
+    npy_intp rows = 1; /* the rows the pack would sum directly */
+    const int r = pack_row_label(n);
+    if (r >= 0) {
+        const int r2 = pack_row_outer(n, r);
+        rows = n->ext[r] * (r2 >= 0 ? n->ext[r2] : 1);
+    }
+    return item <= PACK_SOURCE_ITEM && rows * item < PACK_SOURCE_ROW &&
+           run >= PACK_SOURCE_GAIN * rows;
+}
+
 /* dst = sum over its summed labels of op(src): contiguous, in the nest's output order, or
  * (`given`) at the byte strides in the nest's st[1] (0 for the summed labels: a worker's part
  * of a pack cut along another label than the first, see run_pack_split). */
 #define PACK_KERNEL(NAME, T, CPLX)                                                              \
+    static void pack_##NAME(const Nest *n0, const char *src, char *dst, int conj, int given);   \
+    /* The pack of n summed in the source's order `g` (see PACK_SOURCE_BLOCK): 0 where the      \
+     * buffer could not be had. */                                                             \
+    static int pack_source_##NAME(const Nest *g, const char *src, char *dst, int conj) {        \
+        const npy_intp item = (CPLX ? 2 : 1) * (npy_intp)sizeof(T);                             \
+        const int nout = g->nout, nsum = g->nl - g->nout;                                       \
+        int j = nout - 1; /* the label cut into blocks; those after it fit a block whole */     \
+        npy_intp inner = item;                                                                  \
+        for (; j >= 0 && inner * g->ext[j] <= PACK_SOURCE_BLOCK; --j) inner *= g->ext[j];       \
+        const npy_intp chunk = j >= 0 ? PACK_SOURCE_BLOCK / inner : 1;                          \
+        const int first = j >= 0 ? j : 0; /* the blocks' labels: first..nout-1, then sums */   \
+        char *buf = aligned_alloc(64, (size_t)(j >= 0 ? chunk * inner : inner));                \
+        if (!buf) return 0;                                                                     \
+        Nest sum_ = *g, put_;                                                                   \
+        sum_.nl = nout - first + nsum, sum_.nout = nout - first;                                \
+        for (int l = first; l < g->nl; ++l) {                                                   \
+            sum_.ext[l - first] = g->ext[l];                                                    \
+            sum_.st[0][l - first] = g->st[0][l];                                                \
+        }                                                                                       \
+        put_.nl = put_.nout = nout - first;                                                     \
+        npy_intp idx[MAXL] = {0}, o[2] = {0, 0};                                                \
+        int done = 0;                                                                           \
+        while (!done) { /* the labels before `first`, each index in turn */                     \
+            const npy_intp e = g->ext[first], step = j >= 0 ? chunk : e;                        \
+            for (npy_intp i0 = 0; i0 < e; i0 += step) {                                         \
+                const npy_intp len = e - i0 < step ? e - i0 : step;                             \
+                sum_.ext[0] = len;                                                              \
+                pack_##NAME(&sum_, src + o[0] + i0 * g->st[0][first], buf, conj, 0);            \
+                npy_intp dense = item; /* the buffer's strides: contiguous, in source order */  \
+                for (int l = nout - 1; l >= first; --l) {                                       \
+                    put_.ext[l - first] = l == first ? len : g->ext[l];                         \
+                    put_.st[0][l - first] = dense;                                              \
+                    put_.st[1][l - first] = g->st[1][l];                                        \
+                    dense *= put_.ext[l - first];                                               \
+                }                                                                               \
+                pack_##NAME(&put_, buf, dst + o[1] + i0 * g->st[1][first], 0, 1);               \
+            }                                                                                   \
+            if (first == 0) break;                                                              \
+            ODOMETER_STEP(g, idx, 0, first, o, 2, done);                                        \
+        }                                                                                       \
+        free(buf);                                                                              \
+        return 1;                                                                               \
+    }                                                                                           \
     static void pack_##NAME(const Nest *n0, const char *src, char *dst, int conj, int given) {  \
         Nest full_ = *n0, merged_; /* (a copy keeps its labels: see nest_merged) */             \
         if (!given) pack_strides(n0, (CPLX ? 2 : 1) * (npy_intp)sizeof(T), full_.st[1]);        \
@@ -1441,6 +1540,10 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
             }                                                                                   \
             return;                                                                             \
         }                                                                                       \
+        Nest g_src_; /* the kept labels in the source's order */                                \
+        if (pack_in_source_order(n, (CPLX ? 2 : 1) * (npy_intp)sizeof(T), &g_src_) &&          \
+            pack_source_##NAME(&g_src_, src, dst, conj))                                        \
+            return;                                                                             \
         const int r_ = pack_row_label(n);                                                       \
         if (r_ >= 0) { /* rows of the kept label the source runs along, each summed in place */ \
             Nest m_ = *n; /* st[1]: the destination's strides; the row label out of the odometer */ \
@@ -1491,15 +1594,15 @@ static void nest_merged(const Nest *n, int nst, Nest *m) {
                     }                                                                           \
                     while (!inner_done) {                                                       \
                         const char *x = src + q[0];                                             \
-                        if (CPLX) {                                                             \
+                        if (s == z) { /* (complex numbers as pairs of reals) */                 \
+                            const T *v = (const T *)x;                                          \
+                            for (npy_intp i = 0; i < w * len; ++i) buf[i] += v[i];              \
+                        } else if (CPLX) {                                                      \
                             for (npy_intp i = 0; i < len; ++i) {                                \
                                 const T *v = (const T *)(x + i * s);                            \
                                 buf[2 * i] += v[0];                                             \
                                 buf[2 * i + 1] += v[1];                                         \
                             }                                                                   \
-                        } else if (s == z) {                                                    \
-                            const T *v = (const T *)x;                                          \
-                            for (npy_intp i = 0; i < len; ++i) buf[i] += v[i];                  \
                         } else {                                                                \
                             for (npy_intp i = 0; i < len; ++i) buf[i] += *(const T *)(x + i * s); \
                         }                                                                       \

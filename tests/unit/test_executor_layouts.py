@@ -422,6 +422,29 @@ def test_packs_that_sum_rows_of_two_labels_and_cut_along_another_label(
 
 @compiled_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("equation", ["vpsyuz,lauyrvs->lazru", "lauyrvs,vpsyuz->lazru"])
+@pytest.mark.parametrize(("v", "s", "flip"), [(2, 10, False), (6, 120, False), (6, 120, True)])
+def test_packs_that_sum_in_the_sources_order_then_permute(dtype: type, equation: str, v: int,
+                                                          s: int, flip: bool) -> None:
+    # p summed out of vpsyuz into [u][v s y][z]: z (3) too short for rows, while (s y u z)
+    # runs on in the source; summed in the source's order in blocks, then permuted into the
+    # pack. (2, 10): one block, one worker; (6, 120): the pack shared out along v, 95 KB per
+    # v in F64 and C64, so blocks of one v (F32: two, each worker's last cut short); flip: v
+    # and p read backwards (negative strides)
+    extents = dict(zip("vpsyuzlar", (v, 3, s, 3, 11, 3, 2, 2, 3), strict=True))
+    la, lb = equation.split("->")[0].split(",")
+    a, b = (_ints(tuple(extents[x] for x in labels), dtype, seed)
+            for labels, seed in ((la, 61), (lb, 62)))
+    if flip:
+        a, b = ((x[::-1, ::-1] if labels.startswith("vp") else x)
+                for x, labels in ((a, la), (b, lb)))
+    d = np.full([extents[x] for x in "lazru"], np.nan, dtype=dtype)
+    _run_checked(equation, a, b, _ints(d.shape, dtype, 63), d, "compiled: ttgt")
+    _run_checked(equation, a, b, None, d, "compiled: ttgt", conj_b=True)
+
+
+@compiled_only
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize(("equation", "shapes", "route"), [
     # each GEMV on a view would read 60 rows of j (12 numbers) f * j numbers apart: one GEMV
     # over (f j) reads A in order, its result stored into D transposed
