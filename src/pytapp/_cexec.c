@@ -4040,8 +4040,59 @@ static void run_split(const Program *p, int workers, int kind, cval al, cval be,
     free(jobs);
 }
 
+/* A whole F64 dot (D a scalar, A and B one contiguous run each) of at least DOT_SPLIT_MIN terms
+ * is shared out over the pool in chunks of DOT_CHUNK terms: each chunk's dot is kept apart and
+ * the chunks are added in order afterwards, so the sum is the same on any number of workers.
+ * blas's Python route (one np.dot, OpenBLAS's threaded dot) took 57 us for the 331,776 terms
+ * of a coupled-cluster energy (ijab,ijab->), np.dot alone 31; on one core the loop nest took
+ * 72. */
+#define DOT_SPLIT_MIN (1 << 15)
+#define DOT_CHUNK (1 << 13)
+
+typedef struct {
+    const double *a, *b;
+    double *part;
+    npy_intp n, c0, c1; /* terms in all; this worker's chunks */
+} DotJob;
+
+static void dot_task(void *arg) {
+    const DotJob *j = (const DotJob *)arg;
+    for (npy_intp c = j->c0; c < j->c1; ++c) {
+        const npy_intp i0 = c * DOT_CHUNK, len = j->n - i0 < DOT_CHUNK ? j->n - i0 : DOT_CHUNK;
+        j->part[c] = dot_f64(j->a + i0, j->b + i0, len);
+    }
+}
+
+/* D = alpha A.B (+ beta C) for a whole F64 dot (see DOT_SPLIT_MIN): 1 when done. */
+static int run_whole_dot(const Program *p, cval al, cval be, const char *A, const char *B,
+                         const char *C, char *D) {
+    if (p->dtype != DT_F64 || p->nout != 0 || p->nl != 1 || p->st[0][0] != 8 ||
+        p->st[1][0] != 8 || p->ext[0] < DOT_SPLIT_MIN)
+        return 0;
+    const npy_intp n = p->ext[0], chunks = (n + DOT_CHUNK - 1) / DOT_CHUNK;
+    double *part = malloc((size_t)chunks * sizeof(double));
+    if (!part) return 0;
+    DotJob jobs[MAX_WORKERS];
+    const int workers = pool_workers(chunks, 1);
+    for (int w = 0; w < workers; ++w) {
+        jobs[w].a = (const double *)A, jobs[w].b = (const double *)B;
+        jobs[w].part = part, jobs[w].n = n;
+        jobs[w].c0 = chunks * w / workers, jobs[w].c1 = chunks * (w + 1) / workers;
+    }
+    if (workers > 1) g_pool_run(workers, (void *)dot_task, jobs, (int)sizeof(DotJob));
+    else dot_task(jobs);
+    double tot = 0;
+    for (npy_intp c = 0; c < chunks; ++c) tot += part[c];
+    free(part);
+    double r = al.re * tot;
+    if (C) r += be.re * *(const double *)C;
+    *(double *)D = r;
+    return 1;
+}
+
 static void run_loop_split(const Program *p, cval al, cval be, const char *A, const char *B,
                            const char *C, char *D) {
+    if (run_whole_dot(p, al, be, A, B, C, D)) return;
     npy_intp iters = 1;
     for (int l = 0; l < p->nl; ++l) iters *= p->ext[l];
     run_split(p, pool_workers(p->nout > 0 ? p->ext[0] : 1, iters >= LOOP_SPLIT_MIN), SPLIT_LOOP,

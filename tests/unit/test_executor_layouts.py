@@ -421,6 +421,19 @@ def test_packs_that_sum_rows_of_two_labels_and_cut_along_another_label(
 
 
 @compiled_only
+@pytest.mark.parametrize("shape", [((1 << 15) - 1,), (1 << 15,), (40013,), (8, 32, 1024),
+                                   (3, 7, 41, 97)])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_a_whole_f64_dot_runs_compiled(shape: tuple[int, ...], with_c: bool) -> None:
+    # a scalar D summing one contiguous run of A and B: the loop nest's dot, and from 2**15
+    # terms on chunks of 2**13 shared out over the pool, added in order (the last chunk short)
+    labels = "ijkl"[:len(shape)]
+    a, b = _ints(shape, np.float64, 71), _ints(shape, np.float64, 72)
+    c = np.array(5.0) if with_c else None
+    _run_checked(f"{labels},{labels}->", a, b, c, np.array(np.nan), "compiled: loop nest")
+
+
+@compiled_only
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("equation", ["vpsyuz,lauyrvs->lazru", "lauyrvs,vpsyuz->lazru"])
 @pytest.mark.parametrize(("v", "s", "flip"), [(2, 10, False), (6, 120, False), (6, 120, True)])

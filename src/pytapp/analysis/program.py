@@ -1828,12 +1828,14 @@ def _inner_run(spec: ContractionSpec) -> int:
 def _streaming_dots(spec: ContractionSpec) -> bool:
     """Whether ``spec`` is a real batch of dots whose sums stream (see below).
 
-    D has labels, neither A nor B a free one, the sums run contiguous in both operands
-    (:func:`_sums_stream`), and D's labels lie in their order: the loop nest sums each dot in
-    vector registers (see :data:`LOOP_STREAM_DOT_RUN`).
+    D has labels (or is an F64 scalar: one whole dot, shared out over the pool in chunks), neither
+    A nor B a free one, the sums run contiguous in both operands (:func:`_sums_stream`), and D's
+    labels lie in their order: the loop nest sums each dot in vector registers (see
+    :data:`LOOP_STREAM_DOT_RUN`).
     """
     cls = spec.classes
-    if not (spec.d.modes.labels and not spec.rule.is_complex
+    whole = all(op.datatype is Datatype.F64 for op in (spec.a, spec.b, spec.d))
+    if not ((spec.d.modes.labels or whole) and not spec.rule.is_complex
             and spec.size(cls.FA) == 1 and spec.size(cls.FB) == 1
             and spec.size(cls.P) >= LOOP_STREAM_DOT_RUN and _sums_stream(spec)):
         return False
