@@ -1438,7 +1438,7 @@ static npy_intp source_run(const Nest *n, npy_intp item, Nest *g) {
 /* Whether the pack of n (merged, st[1]: the destination's strides) sums in the source's order
  * (see PACK_SOURCE_BLOCK), with `g` as source_run gives it. */
 static int pack_in_source_order(const Nest *n, npy_intp item, Nest *g) {
-    if (n->nl <= n->nout || n->nout < 2) return 0;
+    if (n->nl <= n->nout || n->nout < 2 || item > PACK_SOURCE_ITEM) return 0;
     const npy_intp run = source_run(n, item, g);
     if (run < PACK_SOURCE_RUN) return 0;
     npy_intp rows = 1; /* the rows the pack would sum directly */
@@ -1447,8 +1447,7 @@ static int pack_in_source_order(const Nest *n, npy_intp item, Nest *g) {
         const int r2 = pack_row_outer(n, r);
         rows = n->ext[r] * (r2 >= 0 ? n->ext[r2] : 1);
     }
-    return item <= PACK_SOURCE_ITEM && rows * item < PACK_SOURCE_ROW &&
-           run >= PACK_SOURCE_GAIN * rows;
+    return rows * item < PACK_SOURCE_ROW && run >= PACK_SOURCE_GAIN * rows;
 }
 
 /* dst = sum over its summed labels of op(src): contiguous, in the nest's output order, or

@@ -1834,8 +1834,8 @@ def _streaming_dots(spec: ContractionSpec) -> bool:
     :data:`LOOP_STREAM_DOT_RUN`).
     """
     cls = spec.classes
-    whole = all(op.datatype is Datatype.F64 for op in (spec.a, spec.b, spec.d))
-    if not ((spec.d.modes.labels or whole) and not spec.rule.is_complex
+    f64 = all(op.datatype is Datatype.F64 for op in (spec.a, spec.b, spec.d))
+    if not ((spec.d.modes.labels or f64) and not spec.rule.is_complex
             and spec.size(cls.FA) == 1 and spec.size(cls.FB) == 1
             and spec.size(cls.P) >= LOOP_STREAM_DOT_RUN and _sums_stream(spec)):
         return False
